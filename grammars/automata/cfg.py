@@ -1,0 +1,410 @@
+"""Lower the character-level IR to a terminal-level CFG the parser runs on.
+
+Every maximal regular piece of a rule becomes one *terminal* (a byte DFA); the rest becomes
+productions over terminals and nonterminals. The lexing this implies is non-deterministic: the
+matcher tries every split of the text into terminals (no maximal munch), so the language is
+exactly the character-level one, e.g. ``ws ::= [ \\t\\n]*`` before a literal ``"\\n"`` works.
+
+Normal form produced here, which the LR(0) parser relies on:
+- terminals never match the empty string (a nullable regular piece becomes an optional symbol);
+- no epsilon productions except through ``start_nullable`` (the empty string is in the language);
+- every nonterminal is productive and reachable; equal terminal languages share one terminal id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Callable
+
+from grammars.errors import EmptyLanguageError, GrammarError, LimitExceeded
+from grammars.ir import EMPTY, Alt, Chars, Expr, Grammar, Literal, Ref, Repeat, Seq, seq
+from grammars.limits import Limits
+
+__all__ = ["TerminalCFG", "Production", "lower_grammar", "is_terminal", "terminal_index"]
+
+#: A regular rule is inlined into its users when its expanded IR has at most this many nodes;
+#: bigger ones stay nonterminals so one huge DFA is never built from many small rules.
+INLINE_BUDGET = 4000
+#: A production with more nullable symbols than this is split before epsilon elimination,
+#: which otherwise emits 2**k variants.
+MAX_NULLABLE_PER_PRODUCTION = 4
+
+
+def is_terminal(symbol: int) -> bool:
+    """Symbols are ints: nonterminals are >= 0, terminal ``i`` is encoded as ``~i`` (< 0)."""
+    return symbol < 0
+
+
+def terminal_index(symbol: int) -> int:
+    return ~symbol
+
+
+@dataclass(frozen=True)
+class Production:
+    lhs: int
+    rhs: tuple[int, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class TerminalCFG:
+    """The normalised grammar: terminals as byte DFAs, productions over symbol ints."""
+
+    terminals: tuple  # tuple[ByteDFA, ...]
+    terminal_exprs: tuple[Expr, ...]
+    productions: tuple[Production, ...]
+    nonterminal_names: tuple[str, ...]
+    start: int  # nonterminal; -1 when the language is exactly {""}
+    start_nullable: bool
+
+    @property
+    def is_single_terminal(self) -> bool:
+        """True when the language is one terminal (optionally plus ""): a regular constraint."""
+        prods = [p for p in self.productions if p.lhs == self.start]
+        return (
+            len(self.terminals) == 1
+            and len(prods) == 1
+            and prods[0].rhs == (~0,)
+            and all(p.lhs == self.start for p in self.productions)
+        )
+
+
+def lower_grammar(grammar: Grammar, limits: Limits, compile_dfa: Callable[[Expr], object]) -> TerminalCFG:
+    """IR grammar -> normalised terminal-level CFG. ``compile_dfa`` maps a regular Expr to a ByteDFA."""
+    return _Lowering(grammar, limits, compile_dfa).run()
+
+
+class _Lowering:
+    def __init__(self, grammar: Grammar, limits: Limits, compile_dfa: Callable[[Expr], object]):
+        self.rules = grammar.rule_map()
+        self.start_name = grammar.start
+        self.limits = limits
+        self.compile_dfa = compile_dfa
+        if self.start_name not in self.rules:
+            raise GrammarError(f"start rule {self.start_name!r} is not defined")
+        for name, expr in self.rules.items():
+            for ref in _refs(expr):
+                if ref not in self.rules:
+                    raise GrammarError(f"rule {name!r} refers to undefined rule {ref!r}")
+        self.inlinable = self._find_inlinable()
+        self._expanded: dict[str, Expr] = {}
+        self.nt_names: list[str] = []
+        self.nt_index: dict[object, int] = {}
+        self.productions: list[Production] = []
+        self.terminals: list[object] = []
+        self.terminal_exprs: list[Expr] = []
+        self.terminal_by_key: dict[bytes, int] = {}
+        self.dfa_cache: dict[Expr, object] = {}
+        self.symbol_cache: dict[Expr, int | None] = {}
+
+    # --- which rules are regular and small enough to inline -------------------------------
+
+    def _find_inlinable(self) -> set[str]:
+        sizes: dict[str, int] = {}
+        state: dict[str, int] = {}  # 0 visiting, 1 done
+        inlinable: set[str] = set()
+
+        def visit(name: str) -> bool:
+            if state.get(name) == 1:
+                return name in inlinable
+            if state.get(name) == 0:
+                return False  # recursion: not regular
+            state[name] = 0
+            expr = self.rules[name]
+            ok = True
+            size = _size(expr)
+            for ref in _refs(expr):
+                if not visit(ref):
+                    ok = False
+                else:
+                    size += sizes[ref]
+            state[name] = 1
+            sizes[name] = size
+            if ok and size <= INLINE_BUDGET:
+                inlinable.add(name)
+            return name in inlinable
+
+        for name in self.rules:
+            visit(name)
+        return inlinable
+
+    def _is_regular(self, expr: Expr) -> bool:
+        return all(ref in self.inlinable for ref in _refs(expr))
+
+    def _expand(self, expr: Expr) -> Expr:
+        """Inline every (inlinable) reference, giving a Ref-free regular expression."""
+        if isinstance(expr, Ref):
+            cached = self._expanded.get(expr.name)
+            if cached is None:
+                cached = self._expand(self.rules[expr.name])
+                self._expanded[expr.name] = cached
+            return cached
+        if isinstance(expr, Seq):
+            return Seq(tuple(self._expand(e) for e in expr.items))
+        if isinstance(expr, Alt):
+            return Alt(tuple(self._expand(e) for e in expr.items))
+        if isinstance(expr, Repeat):
+            return Repeat(self._expand(expr.item), expr.min, expr.max)
+        return expr
+
+    # --- building symbols ------------------------------------------------------------------
+
+    def _nonterminal(self, key: object, name: str) -> tuple[int, bool]:
+        """Index for ``key``; the bool says whether it is new (its productions must be added)."""
+        idx = self.nt_index.get(key)
+        if idx is not None:
+            return idx, False
+        idx = len(self.nt_names)
+        self.nt_index[key] = idx
+        self.nt_names.append(name)
+        return idx, True
+
+    def _add(self, lhs: int, rhs: tuple[int, ...] | None) -> None:
+        if rhs is None:  # contains a symbol with an empty language
+            return
+        self.productions.append(Production(lhs, rhs))
+        if len(self.productions) > self.limits.max_productions:
+            raise LimitExceeded("max_productions", self.limits.max_productions)
+
+    def _terminal_symbols(self, expr: Expr) -> tuple[int, ...] | None:
+        """A regular piece as 0 or 1 symbols; None when its language is empty."""
+        if expr == EMPTY:
+            return ()
+        if expr in self.symbol_cache:
+            sym = self.symbol_cache[expr]
+            return None if sym is None else ((sym,) if sym != _EPSILON else ())
+        from grammars.automata.byte_dfa import nonempty  # local: avoid import cycle at load
+
+        dfa = self.compile_dfa(self._expand(expr))
+        if dfa.is_empty_language:
+            self.symbol_cache[expr] = None
+            return None
+        core = nonempty(dfa) if dfa.accepts_empty else dfa
+        if core.is_empty_language:  # language is exactly {""}
+            self.symbol_cache[expr] = _EPSILON
+            return ()
+        tid = self.terminal_by_key.get(core.key)
+        if tid is None:
+            tid = len(self.terminals)
+            self.terminals.append(core)
+            self.terminal_exprs.append(expr)
+            self.terminal_by_key[core.key] = tid
+        sym = ~tid
+        if dfa.accepts_empty:  # optional terminal: T? as a helper nonterminal
+            nt, new = self._nonterminal(("opt", tid), f"<{tid}>?")
+            if new:
+                self._add(nt, (sym,))
+                self._add(nt, ())
+            sym = nt
+        self.symbol_cache[expr] = sym
+        return (sym,)
+
+    def _symbols(self, expr: Expr) -> tuple[int, ...] | None:
+        """``expr`` as a sequence of symbols; None when its language is empty."""
+        if self._is_regular(expr):
+            return self._terminal_symbols(expr)
+        if isinstance(expr, Ref):
+            return (self._rule(expr.name),)
+        if isinstance(expr, Seq):
+            out: list[int] = []
+            run: list[Expr] = []
+            for item in expr.items:
+                if self._is_regular(item):
+                    run.append(item)
+                    continue
+                if run:
+                    piece = self._terminal_symbols(seq(run))
+                    if piece is None:
+                        return None
+                    out.extend(piece)
+                    run = []
+                piece = self._symbols(item)
+                if piece is None:
+                    return None
+                out.extend(piece)
+            if run:
+                piece = self._terminal_symbols(seq(run))
+                if piece is None:
+                    return None
+                out.extend(piece)
+            return tuple(out)
+        if isinstance(expr, Alt):
+            nt, new = self._nonterminal(("alt", expr), "<alt>")
+            if new:
+                for item in expr.items:
+                    self._add(nt, self._symbols(item))
+            return (nt,)
+        if isinstance(expr, Repeat):
+            return self._repeat(expr)
+        raise GrammarError(f"unexpected IR node {expr!r}")  # pragma: no cover - exhaustive
+
+    def _repeat(self, expr: Repeat) -> tuple[int, ...] | None:
+        body = self._symbols(expr.item)
+        if body is None:
+            return () if expr.min == 0 else None
+        if not body:
+            return ()
+        item_nt, new = self._nonterminal(("item", expr.item), "<item>")
+        if new:
+            self._add(item_nt, body)
+        if expr.max is None:
+            star, new = self._nonterminal(("star", expr.item), "<star>")
+            if new:  # left recursion keeps LR stacks flat
+                self._add(star, ())
+                self._add(star, (star, item_nt))
+            return (item_nt,) * expr.min + (star,)
+        optional_tail: tuple[int, ...] = ()
+        prev: int | None = None
+        for k in range(1, expr.max - expr.min + 1):
+            nt, new = self._nonterminal(("upto", expr.item, k), f"<upto{k}>")
+            if new:
+                self._add(nt, ())
+                self._add(nt, (item_nt,) + ((prev,) if prev is not None else ()))
+            prev = nt
+        if prev is not None:
+            optional_tail = (prev,)
+        return (item_nt,) * expr.min + optional_tail
+
+    def _rule(self, name: str) -> int:
+        nt, new = self._nonterminal(("rule", name), name)
+        if new:
+            expr = self.rules[name]
+            alts = expr.items if isinstance(expr, Alt) and not self._is_regular(expr) else (expr,)
+            for item in alts:
+                self._add(nt, self._symbols(item))
+        return nt
+
+    # --- normalisation -------------------------------------------------------------------
+
+    def run(self) -> TerminalCFG:
+        start = self._rule(self.start_name)
+        prods = _split_nullable_heavy(self.productions, len(self.nt_names), self.nt_names)
+        nullable = _nullable(prods)
+        prods = _eliminate_epsilon(prods, nullable, self.limits)
+        productive = _productive(prods)
+        start_nullable = start in nullable
+        if start not in productive:
+            if not start_nullable:
+                raise EmptyLanguageError(f"grammar rooted at {self.start_name!r} accepts no string")
+            return TerminalCFG(tuple(self.terminals), tuple(self.terminal_exprs), (), tuple(self.nt_names), -1, True)
+        prods = [p for p in prods if all(is_terminal(s) or s in productive for s in p.rhs)]
+        prods = _reachable(prods, start)
+        return TerminalCFG(
+            terminals=tuple(self.terminals),
+            terminal_exprs=tuple(self.terminal_exprs),
+            productions=tuple(prods),
+            nonterminal_names=tuple(self.nt_names),
+            start=start,
+            start_nullable=start_nullable,
+        )
+
+
+_EPSILON = object()
+
+
+def _refs(expr: Expr):
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Ref):
+            yield e.name
+        elif isinstance(e, (Seq, Alt)):
+            stack.extend(e.items)
+        elif isinstance(e, Repeat):
+            stack.append(e.item)
+
+
+def _size(expr: Expr) -> int:
+    if isinstance(expr, (Seq, Alt)):
+        return 1 + sum(_size(e) for e in expr.items)
+    if isinstance(expr, Repeat):
+        # bounded repeats unroll into copies in the DFA
+        copies = expr.max if expr.max is not None else max(expr.min, 1)
+        return 1 + _size(expr.item) * max(1, min(copies, 64))
+    if isinstance(expr, Literal):
+        return 1 + len(expr.text)
+    return 1
+
+
+def _nullable(prods: list[Production]) -> set[int]:
+    nullable: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for p in prods:
+            if p.lhs not in nullable and all((not is_terminal(s)) and s in nullable for s in p.rhs):
+                nullable.add(p.lhs)
+                changed = True
+    return nullable
+
+
+def _split_nullable_heavy(prods: list[Production], n_nt: int, names: list[str]) -> list[Production]:
+    """Split productions with many possibly-nullable symbols so epsilon elimination stays linear."""
+    maybe_nullable = {p.lhs for p in prods}  # over-approximation: anything with productions
+    nullable = _nullable(prods)
+    out: list[Production] = []
+    next_nt = n_nt
+    work = list(prods)
+    while work:
+        p = work.pop()
+        count = sum(1 for s in p.rhs if not is_terminal(s) and s in nullable)
+        if count <= MAX_NULLABLE_PER_PRODUCTION or len(p.rhs) <= 2:
+            out.append(p)
+            continue
+        half = len(p.rhs) // 2
+        helper = next_nt
+        next_nt += 1
+        names.append("<split>")
+        work.append(Production(p.lhs, p.rhs[:half] + (helper,)))
+        work.append(Production(helper, p.rhs[half:]))
+        nullable = _nullable(work + out)
+    del maybe_nullable
+    out.reverse()
+    return out
+
+
+def _eliminate_epsilon(prods: list[Production], nullable: set[int], limits: Limits) -> list[Production]:
+    seen: set[Production] = set()
+    out: list[Production] = []
+    for p in prods:
+        positions = [i for i, s in enumerate(p.rhs) if not is_terminal(s) and s in nullable]
+        for r in range(len(positions) + 1):
+            for drop in combinations(positions, r):
+                rhs = tuple(s for i, s in enumerate(p.rhs) if i not in drop)
+                if not rhs or rhs == (p.lhs,):
+                    continue
+                q = Production(p.lhs, rhs)
+                if q not in seen:
+                    seen.add(q)
+                    out.append(q)
+                    if len(out) > limits.max_productions:
+                        raise LimitExceeded("max_productions", limits.max_productions)
+    return out
+
+
+def _productive(prods: list[Production]) -> set[int]:
+    productive: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for p in prods:
+            if p.lhs not in productive and all(is_terminal(s) or s in productive for s in p.rhs):
+                productive.add(p.lhs)
+                changed = True
+    return productive
+
+
+def _reachable(prods: list[Production], start: int) -> list[Production]:
+    by_lhs: dict[int, list[Production]] = {}
+    for p in prods:
+        by_lhs.setdefault(p.lhs, []).append(p)
+    seen = {start}
+    stack = [start]
+    while stack:
+        nt = stack.pop()
+        for p in by_lhs.get(nt, ()):
+            for s in p.rhs:
+                if not is_terminal(s) and s not in seen:
+                    seen.add(s)
+                    stack.append(s)
+    return [p for p in prods if p.lhs in seen]

@@ -1,0 +1,211 @@
+"""A lazily built LR(0) automaton and a non-deterministic parser over hash-consed stacks.
+
+Why this parser: it accepts any CFG in the normal form of ``cfg.py`` (ambiguity, left and right
+recursion) by following every LR(0) action at once, and its configurations are interned stacks,
+so equal parser states are the *same object* and every cache downstream can key on identity.
+Epsilon-free productions guarantee reductions never grow a stack, so the reduction closure of a
+stack is finite; a visited set handles unit cycles.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from grammars.automata.cfg import TerminalCFG, is_terminal, terminal_index
+from grammars.errors import LimitExceeded
+from grammars.limits import Limits
+
+__all__ = ["LR0Automaton", "StackNode", "Transitions", "Parser"]
+
+
+@dataclass(frozen=True)
+class LRState:
+    shifts: dict  # symbol -> kernel frozenset (goto target, interned lazily)
+    reductions: tuple[int, ...]  # production indices
+    accepts: bool  # contains the augmented item S' -> S .
+
+
+class LR0Automaton:
+    """LR(0) item sets over the normalised CFG, created on first use.
+
+    Item = (production index, dot). The augmented production is index ``len(productions)``.
+    """
+
+    def __init__(self, cfg: TerminalCFG):
+        self.cfg = cfg
+        self.lhs = [p.lhs for p in cfg.productions] + [-1]
+        self.rhs = [p.rhs for p in cfg.productions] + [(cfg.start,)]
+        self.augmented = len(cfg.productions)
+        by_lhs: dict[int, list[int]] = {}
+        for i, p in enumerate(cfg.productions):
+            by_lhs.setdefault(p.lhs, []).append(i)
+        self._by_lhs = by_lhs
+        self._first_items: dict[int, frozenset[int]] = {}
+        self._kernels: dict[frozenset, int] = {}
+        self._states: list[LRState] = []
+        self._goto: dict[tuple[int, int], int] = {}
+        self._lock = threading.Lock()
+        self.initial = self._intern(frozenset({(self.augmented, 0)}))
+
+    def _start_productions(self, nt: int) -> frozenset[int]:
+        """All productions reachable from ``nt`` through leftmost nonterminals (closure seeds)."""
+        cached = self._first_items.get(nt)
+        if cached is not None:
+            return cached
+        seen_nt = {nt}
+        stack = [nt]
+        prods: set[int] = set()
+        while stack:
+            cur = stack.pop()
+            for p in self._by_lhs.get(cur, ()):
+                prods.add(p)
+                rhs = self.rhs[p]
+                if rhs and not is_terminal(rhs[0]) and rhs[0] not in seen_nt:
+                    seen_nt.add(rhs[0])
+                    stack.append(rhs[0])
+        result = frozenset(prods)
+        self._first_items[nt] = result
+        return result
+
+    def _intern(self, kernel: frozenset) -> int:
+        idx = self._kernels.get(kernel)
+        if idx is not None:
+            return idx
+        with self._lock:
+            idx = self._kernels.get(kernel)
+            if idx is not None:
+                return idx
+            items = set(kernel)
+            for p, dot in kernel:
+                rhs = self.rhs[p]
+                if dot < len(rhs) and not is_terminal(rhs[dot]):
+                    items.update((q, 0) for q in self._start_productions(rhs[dot]))
+            shifts: dict[int, set] = {}
+            reductions = []
+            accepts = False
+            for p, dot in items:
+                rhs = self.rhs[p]
+                if dot < len(rhs):
+                    shifts.setdefault(rhs[dot], set()).add((p, dot + 1))
+                elif p == self.augmented:
+                    accepts = True
+                else:
+                    reductions.append(p)
+            state = LRState({s: frozenset(k) for s, k in shifts.items()}, tuple(sorted(reductions)), accepts)
+            self._states.append(state)
+            idx = len(self._states) - 1
+            self._kernels[kernel] = idx
+            return idx
+
+    def state(self, idx: int) -> LRState:
+        return self._states[idx]
+
+    def goto(self, state: int, symbol: int) -> int:
+        key = (state, symbol)
+        target = self._goto.get(key)
+        if target is None:
+            target = self._intern(self._states[state].shifts[symbol])
+            self._goto[key] = target
+        return target
+
+    @property
+    def n_states(self) -> int:
+        return len(self._states)
+
+
+class StackNode:
+    """One parser stack, as an interned persistent list: (LR state, parent stack).
+
+    Identity is equality: the parser interns nodes, so two equal stacks are one object.
+    """
+
+    __slots__ = ("state", "parent", "depth", "transitions", "__weakref__")
+
+    def __init__(self, state: int, parent: "StackNode | None"):
+        self.state = state
+        self.parent = parent
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.transitions: Transitions | None = None
+
+    def __repr__(self) -> str:
+        states = []
+        node: StackNode | None = self
+        while node is not None:
+            states.append(node.state)
+            node = node.parent
+        return f"StackNode({states[::-1]})"
+
+
+@dataclass(frozen=True)
+class Transitions:
+    """What a stack can do next: per terminal, the stacks after shifting it; and whether it accepts."""
+
+    shifts: dict = field(default_factory=dict)  # terminal index -> tuple[StackNode, ...]
+    accepts: bool = False
+
+
+class Parser:
+    """Shared by all matchers of one compiled grammar; thread-safe (interning under a lock)."""
+
+    def __init__(self, cfg: TerminalCFG, limits: Limits):
+        self.cfg = cfg
+        self.limits = limits
+        self.empty_language_but_epsilon = cfg.start < 0
+        self.lr = None if self.empty_language_but_epsilon else LR0Automaton(cfg)
+        self._nodes: dict[tuple[int, int], StackNode] = {}
+        self._lock = threading.Lock()
+        self.root = StackNode(self.lr.initial if self.lr else 0, None)
+
+    def push(self, parent: StackNode, state: int) -> StackNode:
+        key = (state, id(parent))
+        node = self._nodes.get(key)
+        if node is not None and node.parent is parent:
+            return node
+        with self._lock:
+            node = self._nodes.get(key)
+            if node is None or node.parent is not parent:
+                if len(self._nodes) >= self.limits.max_cache_entries:
+                    self._nodes.clear()  # identities of old nodes stay valid; only sharing is lost
+                node = StackNode(state, parent)
+                self._nodes[key] = node
+            return node
+
+    def transitions(self, stack: StackNode) -> Transitions:
+        """All terminals ``stack`` can shift after any sequence of reductions (memoised on the node)."""
+        cached = stack.transitions
+        if cached is not None:
+            return cached
+        if self.lr is None:
+            result = Transitions({}, stack.parent is None)
+            stack.transitions = result
+            return result
+        lr = self.lr
+        shifts: dict[int, list[StackNode]] = {}
+        accepts = False
+        seen = {id(stack)}
+        work = [stack]
+        while work:
+            node = work.pop()
+            st = lr.state(node.state)
+            if st.accepts:
+                accepts = True
+            for symbol in st.shifts:
+                if is_terminal(symbol):
+                    target = self.push(node, lr.goto(node.state, symbol))
+                    bucket = shifts.setdefault(terminal_index(symbol), [])
+                    if target not in bucket:
+                        bucket.append(target)
+            for p in st.reductions:
+                base = node
+                for _ in range(len(lr.rhs[p])):
+                    base = base.parent
+                reduced = self.push(base, lr.goto(base.state, lr.lhs[p]))
+                if id(reduced) not in seen:
+                    seen.add(id(reduced))
+                    work.append(reduced)
+                    if len(seen) > self.limits.max_parser_stacks:
+                        raise LimitExceeded("max_parser_stacks", self.limits.max_parser_stacks)
+        result = Transitions({t: tuple(v) for t, v in shifts.items()}, accepts)
+        stack.transitions = result
+        return result

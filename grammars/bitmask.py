@@ -1,0 +1,41 @@
+"""Packed token bitmasks: int32 words, bit ``i % 32`` of word ``i // 32`` set = token ``i`` allowed.
+
+This is the layout XGrammar, llguidance and outlines-core share, so masks can go straight into
+their kernels; ``engine`` owns applying them to logits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["allocate_token_bitmask", "mask_words", "pack_bool", "unpack_bits", "bit_is_set"]
+
+
+def mask_words(logits_width: int) -> int:
+    """Number of int32 words for ``logits_width`` tokens."""
+    return (int(logits_width) + 31) // 32
+
+
+def allocate_token_bitmask(batch_size: int, logits_width: int) -> np.ndarray:
+    """A zeroed ``int32[batch_size, ceil(logits_width / 32)]`` array for ``Matcher.fill_mask``."""
+    return np.zeros((int(batch_size), mask_words(logits_width)), dtype=np.int32)
+
+
+def pack_bool(allowed: np.ndarray, logits_width: int) -> np.ndarray:
+    """Pack a boolean vector (length <= logits_width) into a read-only int32 word array."""
+    words = mask_words(logits_width)
+    buf = np.zeros(words * 32, dtype=bool)
+    buf[: allowed.shape[0]] = allowed
+    packed = np.packbits(buf, bitorder="little").view("<u4").astype(np.uint32, copy=False).view(np.int32)
+    packed.setflags(write=False)
+    return packed
+
+
+def unpack_bits(words: np.ndarray, logits_width: int) -> np.ndarray:
+    """Inverse of ``pack_bool``: a boolean vector of length ``logits_width``."""
+    raw = np.ascontiguousarray(words, dtype=np.int32).view(np.uint8)
+    return np.unpackbits(raw, bitorder="little")[:logits_width].astype(bool)
+
+
+def bit_is_set(words: np.ndarray, token: int) -> bool:
+    return bool((int(words[token >> 5]) >> (token & 31)) & 1)

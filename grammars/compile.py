@@ -1,0 +1,186 @@
+"""``Compiler`` (owns caches) and its product ``CompiledGrammar`` (immutable, shareable).
+
+The split follows XGrammar: compiling is expensive and cacheable, matching is per sequence.
+A Compiler is bound to one vocabulary; it caches compiled grammars by (kind, source, limits)
+and shares the per-terminal trie walks across every grammar it compiles, so the JSON string and
+number terminals of many schemas are walked once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from threading import Lock
+
+import numpy as np
+
+from grammars.automata.byte_dfa import compile_regular
+from grammars.automata.cfg import TerminalCFG, lower_grammar
+from grammars.errors import UnsupportedGrammarError
+from grammars.frontends import parse_gbnf, parse_lark, parse_regex
+from grammars.ir import Grammar
+from grammars.limits import Limits
+from grammars.matcher import Matcher
+from grammars.runtime import BoundedCache, GrammarRuntime, InsideWalkCache
+from grammars.token_dfa import TokenDFA
+from grammars.trie import TokenTrie
+
+__all__ = ["Compiler", "CompiledGrammar", "compile_regex", "compile_gbnf", "compile_lark", "compile_grammar"]
+
+
+class CompiledGrammar:
+    """A grammar compiled for one vocabulary. Immutable and thread-safe; create matchers from it.
+
+    Do not construct directly: use ``Compiler`` or the ``compile_*`` functions.
+    """
+
+    def __init__(self, grammar: Grammar, cfg: TerminalCFG, runtime: GrammarRuntime, vocab, text_token: np.ndarray,
+                 inside: InsideWalkCache, trie: TokenTrie):
+        self.grammar = grammar
+        self.vocab = vocab
+        self._cfg = cfg
+        self._runtime = runtime
+        self._text_token = text_token
+        self._inside = inside
+        self._trie = trie
+        self._dfa: TokenDFA | None = None
+        self._dfa_lock = Lock()
+
+    def matcher(self) -> Matcher:
+        """A new Matcher at the start of the grammar."""
+        return Matcher(self._runtime, self._text_token)
+
+    @property
+    def is_regular(self) -> bool:
+        """True when the constraint is one regular language (``as_dfa`` is available)."""
+        return self._cfg.is_single_terminal
+
+    def as_dfa(self) -> TokenDFA:
+        """The explicit token-level DFA of a regular constraint; raises for context-free ones."""
+        if not self.is_regular:
+            raise UnsupportedGrammarError("as_dfa() needs a regular constraint; this grammar is context-free")
+        with self._dfa_lock:
+            if self._dfa is None:
+                self._dfa = TokenDFA(
+                    self._cfg.terminals[0],
+                    self._cfg.start_nullable,
+                    self._trie.token_node,
+                    self._inside,
+                    frozenset(self.vocab.eos_token_ids),
+                    self.vocab.logits_width,
+                    self._trie.n_nodes,
+                )
+            return self._dfa
+
+    @property
+    def n_terminals(self) -> int:
+        return len(self._cfg.terminals)
+
+    @property
+    def n_productions(self) -> int:
+        return len(self._cfg.productions)
+
+    def __repr__(self) -> str:
+        return f"CompiledGrammar(start={self.grammar.start!r}, terminals={self.n_terminals}, productions={self.n_productions})"
+
+
+@dataclass(frozen=True)
+class _VocabIndex:
+    trie: TokenTrie
+    text_token: np.ndarray
+
+
+class Compiler:
+    """Compiles grammars for one vocabulary and caches the results (bounded LRU).
+
+    Thread-safe. Hold one per vocabulary in a server; the ``compile_*`` functions make a
+    throwaway one when none is given.
+    """
+
+    def __init__(self, vocab, *, limits: Limits | None = None, cache_size: int = 64, walk_cache_size: int = 4096):
+        self.vocab = vocab
+        self.limits = limits or Limits()
+        index = _vocab_index(vocab)
+        self._trie = index.trie
+        self._text_token = index.text_token
+        self._inside = InsideWalkCache(self._trie, vocab.logits_width, walk_cache_size)
+        self._cache = BoundedCache(cache_size)
+        self._dfa_cache = BoundedCache(4096)
+
+    def compile_grammar(self, grammar: Grammar) -> CompiledGrammar:
+        """Compile a grammar IR (what every front end produces)."""
+        key = ("ir", grammar, self.limits)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._build(grammar)
+            self._cache.put(key, hit)
+        return hit
+
+    def compile_regex(self, pattern: str) -> CompiledGrammar:
+        """Full-match semantics: the whole output must match ``pattern``."""
+        return self._cached(("regex", pattern), lambda: Grammar.of({"root": parse_regex(pattern)}, "root", "<regex>"))
+
+    def compile_gbnf(self, text: str) -> CompiledGrammar:
+        return self._cached(("gbnf", text), lambda: parse_gbnf(text))
+
+    def compile_lark(self, text: str, *, start: str = "start") -> CompiledGrammar:
+        return self._cached(("lark", text, start), lambda: parse_lark(text, start=start))
+
+    def _cached(self, source_key: tuple, parse) -> CompiledGrammar:
+        key = source_key + (self.limits,)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self.compile_grammar(parse())
+            self._cache.put(key, hit)
+        return hit
+
+    def _compile_dfa(self, expr):
+        dfa = self._dfa_cache.get(expr)
+        if dfa is None:
+            dfa = compile_regular(expr, self.limits)
+            self._dfa_cache.put(expr, dfa)
+        return dfa
+
+    def _build(self, grammar: Grammar) -> CompiledGrammar:
+        cfg = lower_grammar(grammar, self.limits, self._compile_dfa)
+        runtime = GrammarRuntime(
+            cfg,
+            self._trie,
+            self.vocab.token_bytes,
+            frozenset(self.vocab.eos_token_ids),
+            self.vocab.logits_width,
+            self._inside,
+            self.limits,
+        )
+        return CompiledGrammar(grammar, cfg, runtime, self.vocab, self._text_token, self._inside, self._trie)
+
+
+def _vocab_index(vocab) -> _VocabIndex:
+    """Trie and text-token flags, built once per vocabulary object and kept on it."""
+    cached = vocab.__dict__.get("_corral_index")
+    if cached is not None:
+        return cached
+    special = set(vocab.special_token_ids) | set(vocab.eos_token_ids)
+    text_token = np.array([bool(b) and i not in special for i, b in enumerate(vocab.token_bytes)], dtype=bool)
+    text_token.setflags(write=False)
+    index = _VocabIndex(TokenTrie.build(vocab.token_bytes, text_token), text_token)
+    vocab.__dict__["_corral_index"] = index  # derived data of an immutable object
+    return index
+
+
+def compile_grammar(grammar: Grammar, vocab, *, compiler: Compiler | None = None) -> CompiledGrammar:
+    return (compiler or Compiler(vocab)).compile_grammar(grammar)
+
+
+def compile_regex(pattern: str, vocab, *, compiler: Compiler | None = None) -> CompiledGrammar:
+    """Compile a regular expression (full match) for ``vocab``."""
+    return (compiler or Compiler(vocab)).compile_regex(pattern)
+
+
+def compile_gbnf(text: str, vocab, *, compiler: Compiler | None = None) -> CompiledGrammar:
+    """Compile a llama.cpp GBNF grammar (start rule ``root``) for ``vocab``."""
+    return (compiler or Compiler(vocab)).compile_gbnf(text)
+
+
+def compile_lark(text: str, vocab, *, start: str = "start", compiler: Compiler | None = None) -> CompiledGrammar:
+    """Compile a Lark EBNF grammar (character-level semantics, see ``parse_lark``) for ``vocab``."""
+    return (compiler or Compiler(vocab)).compile_lark(text, start=start)

@@ -1,0 +1,221 @@
+"""The grammar IR every front end produces: character-level expressions over Unicode code points.
+
+A ``Grammar`` maps rule names to ``Expr`` trees. Its meaning is a set of byte strings: characters
+are encoded as UTF-8, and the language is exactly what a character-level CFG (no lexer, no maximal
+munch) derives. Front ends (regex, GBNF, Lark, JSON Schema) are pure functions to this IR; the
+compiler decides what becomes a lexer terminal and what a parser rule.
+
+All nodes are frozen and hashable, so a grammar can key caches by value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Union
+
+__all__ = [
+    "MAX_CODE_POINT",
+    "Expr",
+    "Chars",
+    "Literal",
+    "Seq",
+    "Alt",
+    "Repeat",
+    "Ref",
+    "EMPTY",
+    "NOTHING",
+    "Grammar",
+    "chars",
+    "literal",
+    "seq",
+    "alt",
+    "repeat",
+    "optional",
+]
+
+MAX_CODE_POINT = 0x10FFFF
+
+
+def _normalize(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Sort, merge, clip to valid scalar values and cut out the surrogate block."""
+    pieces: list[tuple[int, int]] = []
+    for lo, hi in ranges:
+        lo, hi = max(0, int(lo)), min(MAX_CODE_POINT, int(hi))
+        if lo > hi:
+            continue
+        # remove surrogates D800-DFFF
+        if hi < 0xD800 or lo > 0xDFFF:
+            pieces.append((lo, hi))
+        else:
+            if lo < 0xD800:
+                pieces.append((lo, 0xD7FF))
+            if hi > 0xDFFF:
+                pieces.append((0xE000, hi))
+    pieces.sort()
+    merged: list[tuple[int, int]] = []
+    for lo, hi in pieces:
+        if merged and lo <= merged[-1][1] + 1:
+            if hi > merged[-1][1]:
+                merged[-1] = (merged[-1][0], hi)
+        else:
+            merged.append((lo, hi))
+    return tuple(merged)
+
+
+@dataclass(frozen=True)
+class Chars:
+    """One character from a set of code points, stored as sorted, disjoint, non-adjacent ranges.
+
+    Surrogates (U+D800–U+DFFF) are never produced: they have no UTF-8 encoding.
+    An empty set matches nothing.
+    """
+
+    ranges: tuple[tuple[int, int], ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ranges", _normalize(self.ranges))
+
+    def complement(self) -> "Chars":
+        out: list[tuple[int, int]] = []
+        nxt = 0
+        for lo, hi in self.ranges:
+            if lo > nxt:
+                out.append((nxt, lo - 1))
+            nxt = hi + 1
+        if nxt <= MAX_CODE_POINT:
+            out.append((nxt, MAX_CODE_POINT))
+        return Chars(tuple(out))
+
+    def union(self, other: "Chars") -> "Chars":
+        return Chars(self.ranges + other.ranges)
+
+    def contains(self, code_point: int) -> bool:
+        return any(lo <= code_point <= hi for lo, hi in self.ranges)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.ranges
+
+
+@dataclass(frozen=True)
+class Literal:
+    """An exact text (may be empty: the empty string)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Seq:
+    items: tuple["Expr", ...]
+
+
+@dataclass(frozen=True)
+class Alt:
+    items: tuple["Expr", ...]
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """``item`` repeated between ``min`` and ``max`` times (``max=None``: unbounded)."""
+
+    item: "Expr"
+    min: int = 0
+    max: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.min < 0 or (self.max is not None and self.max < self.min):
+            raise ValueError(f"bad repetition bounds {{{self.min},{self.max}}}")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A reference to another rule of the same grammar."""
+
+    name: str
+
+
+Expr = Union[Chars, Literal, Seq, Alt, Repeat, Ref]
+
+EMPTY: Expr = Literal("")
+NOTHING: Expr = Chars(())
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """Named rules and a start rule. ``rules`` is a tuple of (name, expr) so the grammar hashes."""
+
+    rules: tuple[tuple[str, Expr], ...]
+    start: str
+    source: str = field(default="<grammar>", compare=False)
+
+    @classmethod
+    def of(cls, rules: dict[str, Expr], start: str, source: str = "<grammar>") -> "Grammar":
+        return cls(tuple(rules.items()), start, source)
+
+    def rule_map(self) -> dict[str, Expr]:
+        return dict(self.rules)
+
+
+# --- constructors that simplify as they build --------------------------------------------
+
+
+def chars(*ranges: tuple[int, int] | str) -> Chars:
+    """``chars("a", ("0", "9"))``-style helper: single characters or (lo, hi) pairs."""
+    out: list[tuple[int, int]] = []
+    for r in ranges:
+        if isinstance(r, str):
+            out.extend((ord(c), ord(c)) for c in r)
+        else:
+            lo, hi = r
+            out.append((ord(lo) if isinstance(lo, str) else lo, ord(hi) if isinstance(hi, str) else hi))
+    return Chars(tuple(out))
+
+
+def literal(text: str) -> Expr:
+    return Literal(text)
+
+
+def seq(items: Iterable[Expr]) -> Expr:
+    flat: list[Expr] = []
+    for item in items:
+        if isinstance(item, Seq):
+            flat.extend(item.items)
+        elif item == EMPTY:
+            continue
+        elif isinstance(item, Chars) and item.is_empty:
+            return NOTHING
+        else:
+            flat.append(item)
+    if not flat:
+        return EMPTY
+    if len(flat) == 1:
+        return flat[0]
+    return Seq(tuple(flat))
+
+
+def alt(items: Iterable[Expr]) -> Expr:
+    flat: list[Expr] = []
+    for item in items:
+        parts = item.items if isinstance(item, Alt) else (item,)
+        for part in parts:
+            if isinstance(part, Chars) and part.is_empty:
+                continue
+            if part not in flat:
+                flat.append(part)
+    if not flat:
+        return NOTHING
+    if len(flat) == 1:
+        return flat[0]
+    return Alt(tuple(flat))
+
+
+def repeat(item: Expr, min: int = 0, max: int | None = None) -> Expr:
+    if max == 0:
+        return EMPTY
+    if min == 1 and max == 1:
+        return item
+    return Repeat(item, min, max)
+
+
+def optional(item: Expr) -> Expr:
+    return repeat(item, 0, 1)

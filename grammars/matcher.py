@@ -1,0 +1,161 @@
+"""``Matcher``: the per-sequence cursor over a compiled grammar (DESIGN.md §2).
+
+One Matcher follows one generated sequence. It is cheap to create and to ``fork`` (states are
+immutable and shared); the expensive data lives in the ``CompiledGrammar`` and is shared by all
+its matchers. A Matcher is *not* thread-safe; distinct matchers of one grammar may be used from
+different threads at once.
+
+Errors: user-level misuse raises ``MatchError`` subclasses (``TokenRejected``, ``RollbackError``);
+methods that answer questions (``allows``, ``try_advance``) never raise for a bad token.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from grammars.bitmask import bit_is_set
+from grammars.errors import RollbackError, TokenRejected
+from grammars.runtime import ACCEPT, GrammarRuntime, MatchState
+
+__all__ = ["Matcher"]
+
+#: State after EOS: nothing more is allowed.
+_TERMINATED: MatchState = frozenset()
+
+
+class Matcher:
+    """Tracks which tokens may come next. Obtain one from ``CompiledGrammar.matcher()``."""
+
+    __slots__ = ("_rt", "_history", "_text_ok", "_eos")
+
+    def __init__(self, runtime: GrammarRuntime, text_token: np.ndarray, _history: list | None = None):
+        self._rt = runtime
+        self._text_ok = text_token
+        self._eos = runtime.eos_token_ids
+        self._history: list[MatchState] = _history if _history is not None else [runtime.initial]
+
+    # --- queries (never mutate) --------------------------------------------------------------
+
+    @property
+    def state(self) -> MatchState:
+        """The current state: hashable and immutable, equal for equal futures of this grammar."""
+        return self._history[-1]
+
+    def freeze(self) -> MatchState:
+        """A hashable snapshot (same as ``state``) for memoisation in samplers."""
+        return self._history[-1]
+
+    @property
+    def num_consumed(self) -> int:
+        """Tokens consumed so far (what ``rollback`` can undo)."""
+        return len(self._history) - 1
+
+    def fill_mask(self, out: np.ndarray, row: int = 0) -> None:
+        """Write the allowed-token bitmask into ``out[row]`` (or ``out`` when it is 1-D).
+
+        ``out`` is int32 with ``ceil(logits_width / 32)`` words per row (see
+        ``allocate_token_bitmask``); bit ``i`` set means token ``i`` is allowed. EOS is allowed
+        exactly when ``is_accepting()``. This method does not change the matcher state.
+        """
+        mask = self._rt.mask(self._history[-1]) if self._history[-1] else self._rt.zero_mask
+        target = out if out.ndim == 1 else out[row]
+        if target.shape[0] != mask.shape[0]:
+            raise ValueError(
+                f"bitmask row has {target.shape[0]} words but this vocabulary needs {mask.shape[0]} "
+                f"(logits_width={self._rt.logits_width}); allocate it with allocate_token_bitmask"
+            )
+        target[:] = mask
+
+    def allows(self, token: int) -> bool:
+        """Whether ``token`` may come next; one token only, so it is cheap (AWRS/ASAp hot path)."""
+        state = self._history[-1]
+        token = int(token)
+        if token in self._eos:
+            return ACCEPT in state
+        if not (0 <= token < self._text_ok.shape[0]) or not self._text_ok[token] or not state:
+            return False
+        cached = self._rt.cached_mask(state)
+        if cached is not None:
+            return bit_is_set(cached, token)
+        return bool(self._rt.consume(state, token))
+
+    def is_accepting(self) -> bool:
+        """The text so far is a complete sentence: EOS is allowed now."""
+        return ACCEPT in self._history[-1]
+
+    def is_terminated(self) -> bool:
+        """EOS has been consumed: no token is allowed until ``rollback``."""
+        return not self._history[-1]
+
+    def forced_tokens(self, max_tokens: int = 64) -> list[int]:
+        """Tokens the grammar forces from here (each the only allowed choice), without consuming them.
+
+        Stops at the first state with a choice, with EOS allowed, or after ``max_tokens``.
+        """
+        probe = self.fork()
+        forced: list[int] = []
+        while len(forced) < max_tokens and probe._history[-1] and not probe.is_accepting():
+            words = probe._rt.mask(probe._history[-1])
+            nonzero = np.flatnonzero(words)
+            if nonzero.shape[0] != 1:
+                break
+            word = int(words[nonzero[0]]) & 0xFFFFFFFF
+            if word & (word - 1):
+                break
+            token = int(nonzero[0]) * 32 + word.bit_length() - 1
+            forced.append(token)
+            probe.advance(token)
+        return forced
+
+    # --- mutations ---------------------------------------------------------------------------
+
+    def advance(self, token: int) -> None:
+        """Consume ``token``. Raises ``TokenRejected`` (state unchanged) if it is not allowed."""
+        nxt = self._next_state(int(token))
+        if nxt is None:
+            raise TokenRejected(int(token))
+        self._history.append(nxt)
+
+    def try_advance(self, tokens: Sequence[int]) -> int:
+        """Consume the longest allowed prefix of ``tokens``; returns how many were consumed."""
+        count = 0
+        for token in tokens:
+            nxt = self._next_state(int(token))
+            if nxt is None:
+                break
+            self._history.append(nxt)
+            count += 1
+        return count
+
+    def rollback(self, n: int = 1) -> None:
+        """Undo the last ``n`` consumed tokens in O(n). Raises ``RollbackError`` if n is too large."""
+        if n < 0 or n > len(self._history) - 1:
+            raise RollbackError(f"cannot roll back {n} tokens; {len(self._history) - 1} consumed")
+        if n:
+            del self._history[-n:]
+
+    def reset(self) -> None:
+        """Back to the start state."""
+        del self._history[1:]
+
+    def fork(self) -> "Matcher":
+        """An independent copy sharing all compiled data; advancing one never affects the other."""
+        return Matcher(self._rt, self._text_ok, list(self._history))
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _next_state(self, token: int) -> MatchState | None:
+        state = self._history[-1]
+        if not state:
+            return None
+        if token in self._eos:
+            return _TERMINATED if ACCEPT in state else None
+        if not (0 <= token < self._text_ok.shape[0]) or not self._text_ok[token]:
+            return None
+        nxt = self._rt.consume(state, token)
+        return nxt if nxt else None
+
+    def __repr__(self) -> str:
+        return f"Matcher(consumed={self.num_consumed}, configurations={len(self._history[-1])})"

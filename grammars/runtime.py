@@ -1,0 +1,280 @@
+"""The shared engine behind every Matcher of one compiled grammar: states, steps and masks.
+
+A match state is a frozenset of *configurations* ``(stack, terminal, dfa_state)``: the parser
+stack is waiting for ``terminal``, whose lexeme is in progress in ``dfa_state`` (the DFA start
+state when nothing of it is consumed yet). The marker ``ACCEPT`` says the text so far is a
+complete sentence. Whenever a terminal's DFA reaches an accepting state the lexeme *may* end
+there, so both continuations are kept — lexing is non-deterministic and therefore exact for
+character-level grammars.
+
+Masks (DESIGN.md §3). For a configuration ``(stack, T, s)`` the allowed tokens are
+- *inside*: tokens whose bytes keep T's DFA alive from s — a function of (T, s) only, cached
+  and shared by every grammar of the same Compiler;
+- *boundary*: tokens that end T somewhere inside and continue in the successor configurations
+  — a function of (T, s, successor set), cached per grammar. The successor set is interned
+  (stacks are hash-consed), so repeated parser contexts hit the cache.
+A mask is then the OR of a few cached bitmasks; the whole mask is memoised per state as well.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from threading import Lock
+from typing import Hashable
+
+import numpy as np
+
+from grammars.automata.cfg import TerminalCFG
+from grammars.automata.lr import Parser, StackNode
+from grammars.bitmask import mask_words, pack_bool
+from grammars.errors import LimitExceeded
+from grammars.limits import Limits
+from grammars.token_walk import WalkResult, walk
+from grammars.trie import TokenTrie
+
+__all__ = ["ACCEPT", "MatchState", "GrammarRuntime", "InsideWalkCache", "BoundedCache"]
+
+Config = tuple  # (StackNode | None, terminal index, dfa state)
+MatchState = frozenset  # frozenset[Config]; hashable snapshot of a matcher
+
+#: The configuration meaning "the input so far is a complete sentence".
+ACCEPT: Config = (None, -1, -1)
+
+
+class BoundedCache:
+    """A thread-safe LRU map; caches here only ever hold recomputable values."""
+
+    def __init__(self, capacity: int):
+        self.capacity = max(1, int(capacity))
+        self._data: OrderedDict = OrderedDict()
+        self._lock = Lock()
+
+    def get(self, key: Hashable):
+        with self._lock:
+            value = self._data.get(key)
+            if value is not None:
+                self._data.move_to_end(key)
+            return value
+
+    def put(self, key: Hashable, value) -> None:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.capacity:
+                self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+@dataclass(frozen=True, eq=False)
+class InsideWalk:
+    """Tokens that stay inside one terminal from one DFA state, and where the terminal may end."""
+
+    mask: np.ndarray  # packed int32 words
+    walk: WalkResult
+
+
+class InsideWalkCache:
+    """(terminal DFA, state) -> InsideWalk, shared by all grammars compiled for one vocabulary."""
+
+    def __init__(self, trie: TokenTrie, logits_width: int, capacity: int = 4096):
+        self.trie = trie
+        self.logits_width = logits_width
+        self._cache = BoundedCache(capacity)
+
+    def get(self, dfa, state: int) -> InsideWalk:
+        key = (dfa.key, state)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        result = walk(self.trie, dfa.table, dfa.accepting, state, None)
+        alive = np.zeros(self.trie.n_nodes + 1, dtype=bool)
+        alive[result.nodes] = True
+        inside = InsideWalk(pack_bool(alive[self.trie.token_node], self.logits_width), result)
+        self._cache.put(key, inside)
+        return inside
+
+
+class GrammarRuntime:
+    """Stateless-per-sequence services for matchers: stepping, consuming tokens, masks."""
+
+    def __init__(
+        self,
+        cfg: TerminalCFG,
+        trie: TokenTrie,
+        token_bytes: tuple[bytes, ...],
+        eos_token_ids: frozenset[int],
+        logits_width: int,
+        inside_cache: InsideWalkCache,
+        limits: Limits,
+    ):
+        self.cfg = cfg
+        self.trie = trie
+        self.token_bytes = token_bytes
+        self.limits = limits
+        self.logits_width = logits_width
+        self.words = mask_words(logits_width)
+        self.parser = Parser(cfg, limits)
+        self.dfas = cfg.terminals
+        self._tables = [d.table for d in self.dfas]
+        self._accepting = [d.accepting for d in self.dfas]
+        self._inside = inside_cache
+        eos = np.zeros(logits_width, dtype=bool)
+        eos[[t for t in eos_token_ids if 0 <= t < logits_width]] = True
+        self.eos_mask = pack_bool(eos, logits_width)
+        self.zero_mask = pack_bool(np.zeros(0, dtype=bool), logits_width)
+        self.eos_token_ids = eos_token_ids
+        cap = limits.max_cache_entries
+        # keyed by id(stack); the stack is stored with the value to guard against id reuse
+        self._complete_memo: dict[tuple[int, int], tuple[StackNode, MatchState]] = {}
+        self._fresh_memo: dict[int, tuple[StackNode, MatchState]] = {}
+        self._consume_memo = BoundedCache(cap)
+        self._mask_memo = BoundedCache(min(cap, 20_000))
+        self._boundary_memo = BoundedCache(min(cap, 20_000))
+        root_configs = set(self._fresh(self.parser.root))
+        if cfg.start_nullable:
+            root_configs.add(ACCEPT)
+        self.initial: MatchState = frozenset(root_configs)
+
+    # --- parser glue -----------------------------------------------------------------------
+
+    def _fresh(self, stack: StackNode) -> MatchState:
+        """Configurations of a stack that has just shifted a terminal: every next terminal at its start."""
+        hit = self._fresh_memo.get(id(stack))
+        if hit is not None and hit[0] is stack:
+            return hit[1]
+        trans = self.parser.transitions(stack)
+        configs = {(stack, t, self.dfas[t].start) for t in trans.shifts}
+        if trans.accepts:
+            configs.add(ACCEPT)
+        result = frozenset(configs)
+        if len(self._fresh_memo) > self.limits.max_cache_entries:
+            self._fresh_memo.clear()
+        self._fresh_memo[id(stack)] = (stack, result)
+        return result
+
+    def complete(self, stack: StackNode, terminal: int) -> MatchState:
+        """Configurations after the lexeme of ``terminal`` ends on ``stack``."""
+        key = (id(stack), terminal)
+        hit = self._complete_memo.get(key)
+        if hit is not None and hit[0] is stack:
+            return hit[1]
+        out: set = set()
+        for nxt in self.parser.transitions(stack).shifts.get(terminal, ()):
+            out |= self._fresh(nxt)
+        result = frozenset(out)
+        if len(self._complete_memo) > self.limits.max_cache_entries:
+            self._complete_memo.clear()
+        self._complete_memo[key] = (stack, result)
+        return result
+
+    # --- stepping --------------------------------------------------------------------------
+
+    def step(self, state: MatchState, byte: int) -> MatchState:
+        out: set = set()
+        for config in state:
+            stack, t, s = config
+            if stack is None:
+                continue
+            nxt = int(self._tables[t][s, byte])
+            if nxt < 0:
+                continue
+            out.add((stack, t, nxt))
+            if self._accepting[t][nxt]:
+                out |= self.complete(stack, t)
+        if len(out) > self.limits.max_configurations:
+            raise LimitExceeded("max_configurations", self.limits.max_configurations)
+        return frozenset(out)
+
+    def consume(self, state: MatchState, token: int) -> MatchState:
+        """State after the bytes of text token ``token``; empty when the token is not allowed."""
+        key = (state, token)
+        hit = self._consume_memo.get(key)
+        if hit is not None:
+            return hit
+        cur = state
+        for byte in self.token_bytes[token]:
+            cur = self.step(cur, byte)
+            if not cur:
+                break
+        self._consume_memo.put(key, cur)
+        return cur
+
+    def cached_mask(self, state: MatchState) -> np.ndarray | None:
+        return self._mask_memo.get(state)
+
+    # --- masks -----------------------------------------------------------------------------
+
+    def mask(self, state: MatchState) -> np.ndarray:
+        """Packed allowed-token words for ``state`` (read-only; EOS included when accepting)."""
+        hit = self._mask_memo.get(state)
+        if hit is not None:
+            return hit
+        groups: dict[tuple[int, int], list[StackNode]] = {}
+        accepting = False
+        for stack, t, s in state:
+            if stack is None:
+                accepting = True
+                continue
+            groups.setdefault((t, s), []).append(stack)
+        parts: list[np.ndarray] = []
+        for (t, s), stacks in groups.items():
+            inside = self._inside.get(self.dfas[t], s)
+            parts.append(inside.mask)
+            if inside.walk.accept_nodes.shape[0]:
+                seen: set[int] = set()
+                for stack in stacks:
+                    succ = self.complete(stack, t)
+                    if id(succ) in seen or not succ:
+                        continue
+                    seen.add(id(succ))
+                    parts.append(self._boundary(t, s, succ, inside.walk))
+        if accepting:
+            parts.append(self.eos_mask)
+        if not parts:
+            result = self.zero_mask
+        elif len(parts) == 1:
+            result = parts[0]
+        else:
+            result = np.bitwise_or.reduce(np.stack(parts), axis=0)
+            result.setflags(write=False)
+        self._mask_memo.put(state, result)
+        return result
+
+    def _boundary(self, terminal: int, state: int, succ: MatchState, inside: WalkResult) -> np.ndarray:
+        """Tokens that finish ``terminal`` inside themselves and go on validly from ``succ``."""
+        key = (terminal, state, succ)
+        hit = self._boundary_memo.get(key)
+        if hit is not None:
+            return hit
+        collected: list[np.ndarray] = []
+        self._subwalk(inside.accept_nodes, succ, collected)
+        if collected:
+            alive = np.zeros(self.trie.n_nodes + 1, dtype=bool)
+            for nodes in collected:
+                alive[nodes] = True
+            result = pack_bool(alive[self.trie.token_node], self.logits_width)
+        else:
+            result = self.zero_mask
+        self._boundary_memo.put(key, result)
+        return result
+
+    def _subwalk(self, parents: np.ndarray, configs: MatchState, out: list[np.ndarray]) -> None:
+        groups: dict[tuple[int, int], list[StackNode]] = {}
+        for stack, t, s in configs:
+            if stack is not None:
+                groups.setdefault((t, s), []).append(stack)
+        for (t, s), stacks in groups.items():
+            dfa = self.dfas[t]
+            res = walk(self.trie, dfa.table, dfa.accepting, s, parents)
+            if res.nodes.shape[0]:
+                out.append(res.nodes)
+            if res.accept_nodes.shape[0]:
+                seen: set[int] = set()
+                for stack in stacks:
+                    succ = self.complete(stack, t)
+                    if succ and id(succ) not in seen:
+                        seen.add(id(succ))
+                        self._subwalk(res.accept_nodes, succ, out)

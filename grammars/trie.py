@@ -1,0 +1,100 @@
+"""The vocabulary as a byte trie in flat numpy arrays, laid out for level-by-level walks.
+
+Nodes are numbered breadth-first with each node's children contiguous and sorted by byte, so
+"all children of these nodes" is one gather and a whole depth level is one slice. A walk through
+a byte DFA therefore costs a handful of numpy operations per level instead of a Python loop per
+token (DESIGN.md §3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["TokenTrie"]
+
+
+@dataclass(frozen=True, eq=False)
+class TokenTrie:
+    """Byte trie over the text tokens of a vocabulary.
+
+    ``token_node[t]`` is the node where token ``t``'s bytes end; tokens that never match text
+    (special tokens, empty byte strings) map to ``n_nodes`` — a sentinel slot that walks never
+    mark — so ``alive_nodes[token_node]`` is the validity of every token at once.
+    """
+
+    node_byte: np.ndarray  # uint8[n_nodes] byte on the edge into the node (root: 0)
+    child_start: np.ndarray  # int64[n_nodes]
+    child_count: np.ndarray  # int64[n_nodes]
+    node_depth: np.ndarray  # int32[n_nodes]
+    token_node: np.ndarray  # int64[n_tokens]
+    has_token: np.ndarray  # bool[n_nodes + 1] (sentinel False)
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.node_byte.shape[0])
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.token_node.shape[0])
+
+    @classmethod
+    def build(cls, token_bytes: Sequence[bytes], text_token: np.ndarray) -> "TokenTrie":
+        """Build from each token's bytes; ``text_token[t]`` False excludes token ``t``."""
+        order = sorted((bytes(token_bytes[t]), t) for t in range(len(token_bytes)) if text_token[t])
+        # Children dictionaries level by level; tokens are sorted so siblings come out sorted.
+        node_byte = [0]
+        node_depth = [0]
+        children: list[dict[int, int]] = [{}]
+        token_node = np.full(len(token_bytes), -1, dtype=np.int64)
+        # First build a pointer trie, then renumber breadth-first.
+        for data, tok in order:
+            node = 0
+            for depth, b in enumerate(data, 1):
+                nxt = children[node].get(b)
+                if nxt is None:
+                    nxt = len(node_byte)
+                    children[node][b] = nxt
+                    children.append({})
+                    node_byte.append(b)
+                    node_depth.append(depth)
+                node = nxt
+            token_node[tok] = node
+        n = len(node_byte)
+        bfs = [0]
+        new_id = np.empty(n, dtype=np.int64)
+        child_start = np.zeros(n, dtype=np.int64)
+        child_count = np.zeros(n, dtype=np.int64)
+        head = 0
+        while head < len(bfs):
+            old = bfs[head]
+            new_id[old] = head
+            kids = children[old]
+            child_start[head] = len(bfs)
+            child_count[head] = len(kids)
+            for b in sorted(kids):
+                bfs.append(kids[b])
+            head += 1
+        perm = np.asarray(bfs, dtype=np.int64)  # new index -> old index
+        nb = np.asarray(node_byte, dtype=np.uint8)[perm]
+        nd = np.asarray(node_depth, dtype=np.int32)[perm]
+        tn = np.where(token_node >= 0, new_id[np.maximum(token_node, 0)], n)
+        has_token = np.zeros(n + 1, dtype=bool)
+        has_token[tn[tn < n]] = True
+        for arr in (nb, child_start, child_count, nd, tn, has_token):
+            arr.setflags(write=False)
+        return cls(nb, child_start, child_count, nd, tn, has_token)
+
+    def children_of(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """All children of ``nodes`` and, for each child, its parent's position in ``nodes``."""
+        counts = self.child_count[nodes]
+        total = int(counts.sum())
+        if total == 0:
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty
+        parent_pos = np.repeat(np.arange(nodes.shape[0], dtype=np.int64), counts)
+        offsets = np.cumsum(counts) - counts
+        kids = self.child_start[nodes][parent_pos] + (np.arange(total, dtype=np.int64) - offsets[parent_pos])
+        return kids, parent_pos
