@@ -20,7 +20,8 @@ from grammars.frontends import parse_gbnf, parse_lark, parse_regex
 from grammars.ir import Grammar
 from grammars.limits import Limits
 from grammars.matcher import Matcher
-from grammars.runtime import BoundedCache, GrammarRuntime, InsideWalkCache
+from grammars.runtime import BoundedCache, GrammarRuntime
+from grammars.token_walk import WalkCache
 from grammars.token_dfa import TokenDFA
 from grammars.trie import TokenTrie
 
@@ -34,13 +35,13 @@ class CompiledGrammar:
     """
 
     def __init__(self, grammar: Grammar, cfg: TerminalCFG, runtime: GrammarRuntime, vocab, text_token: np.ndarray,
-                 inside: InsideWalkCache, trie: TokenTrie):
+                 walks: WalkCache, trie: TokenTrie):
         self.grammar = grammar
         self.vocab = vocab
         self._cfg = cfg
         self._runtime = runtime
         self._text_token = text_token
-        self._inside = inside
+        self._walks = walks
         self._trie = trie
         self._dfa: TokenDFA | None = None
         self._dfa_lock = Lock()
@@ -63,11 +64,9 @@ class CompiledGrammar:
                 self._dfa = TokenDFA(
                     self._cfg.terminals[0],
                     self._cfg.start_nullable,
-                    self._trie.token_node,
-                    self._inside,
+                    self._walks,
                     frozenset(self.vocab.eos_token_ids),
                     self.vocab.logits_width,
-                    self._trie.n_nodes,
                 )
             return self._dfa
 
@@ -96,13 +95,13 @@ class Compiler:
     throwaway one when none is given.
     """
 
-    def __init__(self, vocab, *, limits: Limits | None = None, cache_size: int = 64, walk_cache_size: int = 4096):
+    def __init__(self, vocab, *, limits: Limits | None = None, cache_size: int = 64, walk_cache_size: int = 2048):
         self.vocab = vocab
         self.limits = limits or Limits()
         index = _vocab_index(vocab)
         self._trie = index.trie
         self._text_token = index.text_token
-        self._inside = InsideWalkCache(self._trie, vocab.logits_width, walk_cache_size)
+        self._walks = WalkCache(self._trie, vocab.logits_width, walk_cache_size)
         self._cache = BoundedCache(cache_size)
         self._dfa_cache = BoundedCache(4096)
 
@@ -148,10 +147,10 @@ class Compiler:
             self.vocab.token_bytes,
             frozenset(self.vocab.eos_token_ids),
             self.vocab.logits_width,
-            self._inside,
+            self._walks,
             self.limits,
         )
-        return CompiledGrammar(grammar, cfg, runtime, self.vocab, self._text_token, self._inside, self._trie)
+        return CompiledGrammar(grammar, cfg, runtime, self.vocab, self._text_token, self._walks, self._trie)
 
 
 def _vocab_index(vocab) -> _VocabIndex:

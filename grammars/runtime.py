@@ -19,7 +19,6 @@ A mask is then the OR of a few cached bitmasks; the whole mask is memoised per s
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 from threading import Lock
 from typing import Hashable
 
@@ -30,10 +29,10 @@ from grammars.automata.lr import Parser, StackNode
 from grammars.bitmask import mask_words, pack_bool
 from grammars.errors import LimitExceeded
 from grammars.limits import Limits
-from grammars.token_walk import WalkResult, walk
+from grammars.token_walk import PathWalk, WalkCache
 from grammars.trie import TokenTrie
 
-__all__ = ["ACCEPT", "MatchState", "GrammarRuntime", "InsideWalkCache", "BoundedCache"]
+__all__ = ["ACCEPT", "MatchState", "GrammarRuntime", "BoundedCache"]
 
 Config = tuple  # (StackNode | None, terminal index, dfa state)
 MatchState = frozenset  # frozenset[Config]; hashable snapshot of a matcher
@@ -68,35 +67,6 @@ class BoundedCache:
         return len(self._data)
 
 
-@dataclass(frozen=True, eq=False)
-class InsideWalk:
-    """Tokens that stay inside one terminal from one DFA state, and where the terminal may end."""
-
-    mask: np.ndarray  # packed int32 words
-    walk: WalkResult
-
-
-class InsideWalkCache:
-    """(terminal DFA, state) -> InsideWalk, shared by all grammars compiled for one vocabulary."""
-
-    def __init__(self, trie: TokenTrie, logits_width: int, capacity: int = 4096):
-        self.trie = trie
-        self.logits_width = logits_width
-        self._cache = BoundedCache(capacity)
-
-    def get(self, dfa, state: int) -> InsideWalk:
-        key = (dfa.key, state)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        result = walk(self.trie, dfa.table, dfa.accepting, state, None)
-        alive = np.zeros(self.trie.n_nodes + 1, dtype=bool)
-        alive[result.nodes] = True
-        inside = InsideWalk(pack_bool(alive[self.trie.token_node], self.logits_width), result)
-        self._cache.put(key, inside)
-        return inside
-
-
 class GrammarRuntime:
     """Stateless-per-sequence services for matchers: stepping, consuming tokens, masks."""
 
@@ -107,7 +77,7 @@ class GrammarRuntime:
         token_bytes: tuple[bytes, ...],
         eos_token_ids: frozenset[int],
         logits_width: int,
-        inside_cache: InsideWalkCache,
+        walks: WalkCache,
         limits: Limits,
     ):
         self.cfg = cfg
@@ -120,7 +90,7 @@ class GrammarRuntime:
         self.dfas = cfg.terminals
         self._tables = [d.table for d in self.dfas]
         self._accepting = [d.accepting for d in self.dfas]
-        self._inside = inside_cache
+        self._walks = walks
         eos = np.zeros(logits_width, dtype=bool)
         eos[[t for t in eos_token_ids if 0 <= t < logits_width]] = True
         self.eos_mask = pack_bool(eos, logits_width)
@@ -221,16 +191,16 @@ class GrammarRuntime:
             groups.setdefault((t, s), []).append(stack)
         parts: list[np.ndarray] = []
         for (t, s), stacks in groups.items():
-            inside = self._inside.get(self.dfas[t], s)
+            inside = self._walks.root(self.dfas[t], s)
             parts.append(inside.mask)
-            if inside.walk.accept_nodes.shape[0]:
+            if inside.accept_nodes.shape[0]:
                 seen: set[int] = set()
                 for stack in stacks:
                     succ = self.complete(stack, t)
                     if id(succ) in seen or not succ:
                         continue
                     seen.add(id(succ))
-                    parts.append(self._boundary(t, s, succ, inside.walk))
+                    parts.append(self._boundary(t, s, succ, inside))
         if accepting:
             parts.append(self.eos_mask)
         if not parts:
@@ -243,38 +213,38 @@ class GrammarRuntime:
         self._mask_memo.put(state, result)
         return result
 
-    def _boundary(self, terminal: int, state: int, succ: MatchState, inside: WalkResult) -> np.ndarray:
+    def _boundary(self, terminal: int, state: int, succ: MatchState, inside: PathWalk) -> np.ndarray:
         """Tokens that finish ``terminal`` inside themselves and go on validly from ``succ``."""
         key = (terminal, state, succ)
         hit = self._boundary_memo.get(key)
         if hit is not None:
             return hit
         collected: list[np.ndarray] = []
-        self._subwalk(inside.accept_nodes, succ, collected)
+        self._collect(inside, succ, collected)
+        collected = [c for c in collected if c.shape[0]]
         if collected:
-            alive = np.zeros(self.trie.n_nodes + 1, dtype=bool)
-            for nodes in collected:
-                alive[nodes] = True
-            result = pack_bool(alive[self.trie.token_node], self.logits_width)
+            allowed = np.zeros(self.logits_width, dtype=bool)
+            for tokens in collected:
+                allowed[tokens] = True
+            result = pack_bool(allowed, self.logits_width)
         else:
             result = self.zero_mask
         self._boundary_memo.put(key, result)
         return result
 
-    def _subwalk(self, parents: np.ndarray, configs: MatchState, out: list[np.ndarray]) -> None:
+    def _collect(self, walk: PathWalk, configs: MatchState, out: list[np.ndarray]) -> None:
+        """Add the tokens that continue ``walk`` through ``configs`` (recursively across lexemes)."""
         groups: dict[tuple[int, int], list[StackNode]] = {}
         for stack, t, s in configs:
             if stack is not None:
                 groups.setdefault((t, s), []).append(stack)
         for (t, s), stacks in groups.items():
-            dfa = self.dfas[t]
-            res = walk(self.trie, dfa.table, dfa.accepting, s, parents)
-            if res.nodes.shape[0]:
-                out.append(res.nodes)
-            if res.accept_nodes.shape[0]:
+            child = self._walks.extend(walk, self.dfas[t], s)
+            out.append(child.tokens)
+            if child.accept_nodes.shape[0]:
                 seen: set[int] = set()
                 for stack in stacks:
                     succ = self.complete(stack, t)
                     if succ and id(succ) not in seen:
                         seen.add(id(succ))
-                        self._subwalk(res.accept_nodes, succ, out)
+                        self._collect(child, succ, out)

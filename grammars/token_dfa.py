@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from grammars.bitmask import pack_bool
-from grammars.runtime import BoundedCache, InsideWalkCache
+from grammars.runtime import BoundedCache
+from grammars.token_walk import WalkCache
 
 __all__ = ["TokenDFA"]
 
@@ -21,12 +22,10 @@ class TokenDFA:
     Do not construct directly: use ``CompiledGrammar.as_dfa()``. Thread-safe.
     """
 
-    def __init__(self, dfa, start_accepting: bool, token_node: np.ndarray, inside: InsideWalkCache,
-                 eos_token_ids: frozenset[int], logits_width: int, n_nodes: int):
+    def __init__(self, dfa, start_accepting: bool, walks: WalkCache,
+                 eos_token_ids: frozenset[int], logits_width: int):
         self._dfa = dfa
-        self._inside = inside
-        self._token_node = token_node
-        self._n_nodes = n_nodes
+        self._walks = walks
         self.start = int(dfa.start)
         self.n_states = int(dfa.n_states)
         accepting = np.array(dfa.accepting, dtype=bool, copy=True)
@@ -44,10 +43,7 @@ class TokenDFA:
         """(token ids, next states) of every text token allowed from ``state``, ascending by id."""
         row = self._rows.get(state)
         if row is None:
-            res = self._inside.get(self._dfa, state).walk
-            node_state = np.full(self._n_nodes + 1, -1, dtype=np.int32)
-            node_state[res.nodes] = res.states
-            nxt = node_state[self._token_node]
+            nxt = self._walks.token_next_states(self._dfa, state)
             tokens = np.flatnonzero(nxt >= 0)
             row = (tokens, nxt[tokens])
             for arr in row:

@@ -29,8 +29,11 @@ class TokenTrie:
     child_start: np.ndarray  # int64[n_nodes]
     child_count: np.ndarray  # int64[n_nodes]
     node_depth: np.ndarray  # int32[n_nodes]
+    node_parent: np.ndarray  # int64[n_nodes] (root: 0); parents precede children
     token_node: np.ndarray  # int64[n_tokens]
-    has_token: np.ndarray  # bool[n_nodes + 1] (sentinel False)
+    node_tok_start: np.ndarray  # int64[n_nodes]: tokens ending at a node are
+    node_tok_count: np.ndarray  # int64[n_nodes]:   node_tokens[start : start + count]
+    node_tokens: np.ndarray  # int64[n_text_tokens], grouped by node
 
     @property
     def n_nodes(self) -> int:
@@ -81,20 +84,13 @@ class TokenTrie:
         nb = np.asarray(node_byte, dtype=np.uint8)[perm]
         nd = np.asarray(node_depth, dtype=np.int32)[perm]
         tn = np.where(token_node >= 0, new_id[np.maximum(token_node, 0)], n)
-        has_token = np.zeros(n + 1, dtype=bool)
-        has_token[tn[tn < n]] = True
-        for arr in (nb, child_start, child_count, nd, tn, has_token):
+        parent = np.zeros(n, dtype=np.int64)
+        parent[1:] = np.repeat(np.arange(n, dtype=np.int64), child_count)  # BFS: children follow parents in order
+        text_ids = np.flatnonzero(tn < n)
+        by_node = text_ids[np.argsort(tn[text_ids], kind="stable")]
+        tok_count = np.bincount(tn[text_ids], minlength=n).astype(np.int64)
+        tok_start = np.cumsum(tok_count) - tok_count
+        arrays = (nb, child_start, child_count, nd, parent, tn, tok_start, tok_count, by_node)
+        for arr in arrays:
             arr.setflags(write=False)
-        return cls(nb, child_start, child_count, nd, tn, has_token)
-
-    def children_of(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """All children of ``nodes`` and, for each child, its parent's position in ``nodes``."""
-        counts = self.child_count[nodes]
-        total = int(counts.sum())
-        if total == 0:
-            empty = np.empty(0, dtype=np.int64)
-            return empty, empty
-        parent_pos = np.repeat(np.arange(nodes.shape[0], dtype=np.int64), counts)
-        offsets = np.cumsum(counts) - counts
-        kids = self.child_start[nodes][parent_pos] + (np.arange(total, dtype=np.int64) - offsets[parent_pos])
-        return kids, parent_pos
+        return cls(*arrays)
