@@ -1,1 +1,65 @@
-"""corral.grammars — WHAT IS ALLOWED: grammar IR, front ends, token vocabulary, automata, matchers."""
+"""corral.grammars — WHAT IS ALLOWED.
+
+Grammars, regular expressions (and, later, JSON Schemas) compile into token-mask automata for a
+real tokenizer vocabulary::
+
+    vocab = TokenVocabulary.from_pretrained("tokenizer_dir_or.gguf")
+    grammar = compile_gbnf(text, vocab)           # or compile_regex / compile_lark
+    matcher = grammar.matcher()                   # one per generated sequence
+    mask = allocate_token_bitmask(1, vocab.logits_width)
+    matcher.fill_mask(mask, 0)                    # bit i set: token i may come next
+    matcher.advance(token)                        # raises TokenRejected if it may not
+
+Pure Python + numpy (+ numba for the trie walks); no torch in this package.
+"""
+
+from grammars.bitmask import allocate_token_bitmask
+from grammars.compile import CompiledGrammar, Compiler, compile_gbnf, compile_grammar, compile_lark, compile_regex
+from grammars.errors import (
+    ConstraintError,
+    EmptyLanguageError,
+    GrammarError,
+    GrammarSyntaxError,
+    LimitExceeded,
+    MatchError,
+    RollbackError,
+    TokenRejected,
+    UnsupportedGrammarError,
+    UnsupportedSchemaError,
+    VocabularyError,
+)
+from grammars.frontends import parse_gbnf, parse_lark, parse_regex
+from grammars.ir import Grammar
+from grammars.limits import Limits
+from grammars.matcher import Matcher
+from grammars.token_dfa import TokenDFA
+from grammars.vocabulary import TokenVocabulary
+
+__all__ = [
+    "TokenVocabulary",
+    "Grammar",
+    "compile_regex",
+    "compile_lark",
+    "compile_gbnf",
+    "compile_grammar",
+    "Compiler",
+    "CompiledGrammar",
+    "Matcher",
+    "TokenDFA",
+    "Limits",
+    "allocate_token_bitmask",
+    "parse_regex",
+    "parse_gbnf",
+    "parse_lark",
+    "ConstraintError",
+    "GrammarError",
+    "GrammarSyntaxError",
+    "UnsupportedGrammarError",
+    "UnsupportedSchemaError",
+    "EmptyLanguageError",
+    "VocabularyError",
+    "LimitExceeded",
+    "MatchError",
+    "TokenRejected",
+    "RollbackError",
+]

@@ -52,3 +52,11 @@ def byte_vocab():
     pieces = [bytes([b]) for b in range(256)]
     pieces += [b'{"', b'":', b'",', b'"}', b"true", b"null", b"  ", b"12", b"ab", b"\xc3\xa9", b"\xe3\x81"]
     return TokenVocabulary.from_bytes(pieces + [b""], eos_token_ids=[len(pieces)], special_token_ids=[len(pieces)])
+
+
+@pytest.fixture(scope="session")
+def llama3_compiler(llama3_vocab):
+    """One Compiler for the whole session, so trie walks are shared across tests (as in a server)."""
+    from grammars import Compiler
+
+    return Compiler(llama3_vocab)

@@ -1,0 +1,419 @@
+"""Regular expressions (the ECMA-262 / Python ``re`` common subset) to the grammar IR.
+
+This is the dialect of JSON Schema ``pattern`` and of what Python users write. Where the two
+standards disagree on a construct, or where a construct is not a regular language over the whole
+string (backreferences, lookaround, ``\\b``, anchors mid-pattern), we raise
+``UnsupportedGrammarError`` instead of guessing: fail closed.
+
+Semantics chosen (compilers and tests rely on them):
+
+* ``.`` is any character except ``\\n`` (Python's default; ECMA also excludes ``\\r``, U+2028/9).
+* ``\\d`` = ``[0-9]`` and ``\\w`` = ``[A-Za-z0-9_]`` (ASCII, as ECMA-262 without ``/u`` and JSON
+  Schema); ``\\s`` is ECMA-262's WhiteSpace + LineTerminator set (``\\t\\n\\v\\f\\r``, space,
+  U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000, U+FEFF). Python's
+  Unicode ``\\s`` also has U+001C-U+001F and U+0085 but lacks U+FEFF.
+* ``^`` / ``$`` are allowed only at the start / end of the pattern or of a top-level alternative;
+  with full-match semantics they are no-ops. ``$`` means end of text (ECMA), never "before a final
+  newline" (Python).
+* ``search=True`` (JSON Schema ``pattern``) allows any text, newlines included, before an
+  alternative not anchored with ``^`` and after one not anchored with ``$``.
+* ``\\uD83D\\uDE00``-style surrogate pairs combine into one code point; lone surrogates are errors.
+* Scoped flag groups ``(?i:...)`` and ``(?s:...)`` (also ``(?-i:...)``) are accepted because Lark
+  emits them when it composes terminals; ``i`` folds case like Python's ``re`` (literal
+  characters and ranges, never ``\\d``-style escapes); global flags ``(?i)`` are unsupported.
+* Dialect-ambiguous spellings fail closed: ``{,n}``, ``]`` first in a class, octal escapes,
+  ``\\e``-style escapes of other ASCII letters, ``\\d`` as a range endpoint. A ``{`` that does not
+  form ``{m}``/``{m,}``/``{m,n}`` is a literal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from grammars.errors import UnsupportedGrammarError
+from grammars.frontends._charclass import (
+    ANY_CHAR,
+    ClassItem,
+    Cursor,
+    check_code_point,
+    fold_case,
+    parse_class_body,
+    read_hex_digits,
+    read_hex_escape,
+)
+from grammars.ir import EMPTY, Chars, Expr, Literal, alt, chars, repeat, seq
+
+__all__ = ["parse_regex", "parse_terminal_regex", "DIGIT", "WORD", "SPACE", "DOT"]
+
+DIGIT = chars(("0", "9"))
+WORD = chars(("0", "9"), ("A", "Z"), ("a", "z"), "_")
+SPACE = chars(
+    "\t\n\v\f\r \u00a0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff", ("\u2000", "\u200a")
+)
+#: ``.`` without the ``s`` flag
+DOT = chars("\n").complement()
+
+_CLASS_ESCAPES: dict[str, Chars] = {
+    "d": DIGIT,
+    "D": DIGIT.complement(),
+    "w": WORD,
+    "W": WORD.complement(),
+    "s": SPACE,
+    "S": SPACE.complement(),
+}
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v"}
+_UNSUPPORTED_ESCAPES = {
+    "b": "word boundary \\b",
+    "B": "word boundary \\B",
+    "A": "anchor \\A",
+    "Z": "anchor \\Z",
+    "z": "anchor \\z",
+    "G": "anchor \\G",
+    "k": "named backreference \\k",
+    "p": "Unicode property escape \\p",
+    "P": "Unicode property escape \\P",
+    "c": "control escape \\c",
+    "N": "named character escape \\N",
+}
+_SUPPORTED_FLAGS = frozenset("is")
+_QUANTIFIER_START = "*+?{"
+
+
+def parse_regex(pattern: str, *, search: bool = False, flags: str = "", source: str = "<regex>") -> Expr:
+    """The language of ``pattern`` as an IR expression.
+
+    Full-match semantics by default; ``search=True`` means "matches anywhere", as JSON Schema's
+    ``pattern`` does. ``flags`` may contain ``i`` (ignore case) and ``s`` (``.`` matches newline).
+    Raises ``GrammarSyntaxError`` (with the offset) for malformed patterns and
+    ``UnsupportedGrammarError`` for constructs outside the supported subset.
+    """
+    parser = _RegexParser(pattern, source, _check_flags(flags), anchors=True)
+    return parser.parse(search=search)
+
+
+def parse_terminal_regex(pattern: str, *, flags: str = "", source: str = "<regex>") -> Expr:
+    """A regex used as a lexer terminal (Lark): full match, and anchors fail closed, because a
+    terminal matched mid-text makes ``^``/``$`` mean something other than a no-op."""
+    return _RegexParser(pattern, source, _check_flags(flags), anchors=False).parse(search=False)
+
+
+def _check_flags(flags: str) -> frozenset[str]:
+    unknown = sorted(set(flags) - _SUPPORTED_FLAGS)
+    if unknown:
+        raise UnsupportedGrammarError(f"unsupported regex flag(s) {''.join(unknown)!r} (supported: 'i', 's')")
+    return frozenset(flags)
+
+
+@dataclass(frozen=True)
+class _Anchor:
+    """A ``^`` or ``$`` seen at the top level; kept until we know whether it is at an edge."""
+
+    kind: str
+    offset: int
+
+
+_Item = Expr | _Anchor
+
+
+class _RegexParser:
+    """Recursive descent over the pattern: alternation > branch > quantified atom."""
+
+    def __init__(self, pattern: str, source: str, flags: frozenset[str], *, anchors: bool) -> None:
+        self.cur = Cursor(pattern, source)
+        self.flags = flags
+        self.anchors = anchors
+        self.group_names: set[str] = set()
+
+    # --- structure ---------------------------------------------------------------------
+
+    def parse(self, *, search: bool) -> Expr:
+        branches = [self._branch(self.flags, top=True)]
+        while self.cur.take_if("|"):
+            branches.append(self._branch(self.flags, top=True))
+        if not self.cur.at_end():
+            raise self.cur.error("unbalanced parenthesis")
+        return alt(self._top_branch(items, search) for items in branches)
+
+    def _top_branch(self, items: list[_Item], search: bool) -> Expr:
+        """Strip edge anchors (no-ops under full match), reject inner ones, wrap for search."""
+        start_anchored = end_anchored = False
+        while items and isinstance(items[0], _Anchor) and items[0].kind == "^":
+            items, start_anchored = items[1:], True
+        while items and isinstance(items[-1], _Anchor) and items[-1].kind == "$":
+            items, end_anchored = items[:-1], True
+        for item in items:
+            if isinstance(item, _Anchor):
+                raise self.cur.unsupported(f"anchor {item.kind!r} in the middle of the pattern", item.offset)
+        body = _join(items)  # type: ignore[arg-type]
+        if not search:
+            return body
+        anything = repeat(ANY_CHAR)
+        if body == EMPTY and not (start_anchored and end_anchored):
+            return anything  # one star, not two: avoids a needlessly ambiguous ANY* ANY*
+        return seq([_unless(start_anchored, anything), body, _unless(end_anchored, anything)])
+
+    def _alternation(self, flags: frozenset[str]) -> Expr:
+        branches = [self._branch(flags, top=False)]
+        while self.cur.take_if("|"):
+            branches.append(self._branch(flags, top=False))
+        return alt(_join(items) for items in branches)  # type: ignore[arg-type]
+
+    def _branch(self, flags: frozenset[str], *, top: bool) -> list[_Item]:
+        items: list[_Item] = []
+        while not self.cur.at_end() and self.cur.peek() not in "|)":
+            atom = self._atom(flags, top=top)
+            if isinstance(atom, _Anchor):
+                if self._quantifier_ahead():
+                    raise self.cur.error("nothing to repeat")
+                items.append(atom)
+            else:
+                items.append(self._quantified(atom))
+        return items
+
+    # --- quantifiers -------------------------------------------------------------------
+
+    def _quantified(self, atom: Expr) -> Expr:
+        bounds = self._quantifier()
+        if bounds is None:
+            return atom
+        if not self.cur.take_if("?") and self.cur.peek() == "+":
+            raise self.cur.unsupported("possessive quantifier")
+        if self._quantifier_ahead():
+            raise self.cur.error("multiple repeat")
+        return repeat(atom, *bounds)
+
+    def _quantifier(self) -> tuple[int, int | None] | None:
+        """Consume a quantifier and return its bounds; ``None`` (nothing consumed) if there is none."""
+        ch = self.cur.peek()
+        if ch in ("*", "+", "?"):
+            self.cur.take()
+            return {"*": (0, None), "+": (1, None), "?": (0, 1)}[ch]
+        if ch == "{":
+            return self._braces()
+        return None
+
+    def _braces(self) -> tuple[int, int | None] | None:
+        """``{m}``, ``{m,}``, ``{m,n}``; any other ``{`` is a literal, so this consumes nothing then."""
+        cur, start = self.cur, self.cur.pos
+        cur.take()
+        low = self._digits()
+        if low is None:
+            if cur.take_if(","):
+                self._digits()
+                if cur.peek() == "}":
+                    raise cur.unsupported("'{,n}' quantifier (Python reads {0,n}, ECMA-262 a literal)", start)
+            cur.pos = start
+            return None
+        high: int | None = low
+        if cur.take_if(","):
+            high = self._digits()
+        if not cur.take_if("}"):
+            cur.pos = start
+            return None
+        if high is not None and high < low:
+            raise cur.error("min repeat greater than max repeat", start)
+        return (low, high)
+
+    def _digits(self) -> int | None:
+        start = self.cur.pos
+        while self.cur.peek().isascii() and self.cur.peek().isdigit():
+            self.cur.take()
+        return int(self.cur.text[start : self.cur.pos]) if self.cur.pos > start else None
+
+    def _quantifier_ahead(self) -> bool:
+        start = self.cur.pos
+        try:
+            return self._quantifier() is not None
+        finally:
+            self.cur.pos = start
+
+    # --- atoms -------------------------------------------------------------------------
+
+    def _atom(self, flags: frozenset[str], *, top: bool) -> Expr | _Anchor:
+        cur = self.cur
+        ch = cur.peek()
+        if ch == "(":
+            return self._group(flags)
+        if ch == "[":
+            return self._class(flags)
+        if ch == ".":
+            cur.take()
+            return ANY_CHAR if "s" in flags else DOT
+        if ch in ("^", "$"):
+            return self._anchor(top)
+        if ch == "\\":
+            item = self._escape(in_class=False)
+            return item if isinstance(item, Chars) else _char(item, flags)
+        if ch in _QUANTIFIER_START and self._quantifier_ahead():
+            raise cur.error("nothing to repeat")
+        cur.take()
+        return _char(check_code_point(cur, ord(ch), cur.pos - 1), flags)
+
+    def _anchor(self, top: bool) -> _Anchor:
+        offset = self.cur.pos
+        kind = self.cur.take()
+        if not self.anchors:
+            raise self.cur.unsupported(f"anchor {kind!r} in a terminal", offset)
+        if not top:
+            raise self.cur.unsupported(f"anchor {kind!r} inside a group", offset)
+        return _Anchor(kind, offset)
+
+    def _group(self, flags: frozenset[str]) -> Expr:
+        cur, start = self.cur, self.cur.pos
+        cur.take()
+        if cur.take_if("?"):
+            flags = self._group_extension(flags, start)
+        body = self._alternation(flags)
+        if not cur.take_if(")"):
+            raise cur.error("missing ')': unterminated group", start)
+        return body
+
+    def _group_extension(self, flags: frozenset[str], start: int) -> frozenset[str]:
+        """After ``(?``: accept non-capturing, named and scoped-flag groups; return the body's flags."""
+        cur = self.cur
+        if cur.take_if(":"):
+            return flags
+        if cur.take_if("P<") or (cur.peek() == "<" and cur.peek(1) not in ("=", "!") and cur.take_if("<")):
+            self._group_name(start)
+            return flags
+        for prefix, construct in (
+            ("P=", "backreference (?P=name)"),
+            ("<=", "lookbehind"),
+            ("<!", "negative lookbehind"),
+            ("=", "lookahead"),
+            ("!", "negative lookahead"),
+            (">", "atomic group"),
+            ("#", "comment group"),
+            ("(", "conditional group"),
+        ):
+            if cur.text.startswith(prefix, cur.pos):
+                raise cur.unsupported(construct, start)
+        return self._scoped_flags(flags, start)
+
+    def _group_name(self, start: int) -> None:
+        cur = self.cur
+        end = cur.text.find(">", cur.pos)
+        if end < 0:
+            raise cur.error("missing '>' after group name", start)
+        name = cur.text[cur.pos : end]
+        if not name.isidentifier():
+            raise cur.error(f"bad group name {name!r}", cur.pos)
+        if name in self.group_names:
+            raise cur.error(f"redefinition of group name {name!r}", cur.pos)
+        self.group_names.add(name)
+        cur.pos = end + 1
+
+    def _scoped_flags(self, flags: frozenset[str], start: int) -> frozenset[str]:
+        cur = self.cur
+        on = off = ""
+        while cur.peek().isascii() and cur.peek().isalpha():
+            on += cur.take()
+        if cur.take_if("-"):
+            while cur.peek().isascii() and cur.peek().isalpha():
+                off += cur.take()
+        if not (on or off) or cur.peek() not in (":", ")"):
+            raise cur.error("unknown group extension after '(?'", start)
+        if cur.peek() == ")":
+            raise cur.unsupported("global inline flags (?...)", start)
+        cur.take()
+        unknown = sorted(set(on + off) - _SUPPORTED_FLAGS)
+        if unknown:
+            raise cur.unsupported(f"inline flag {unknown[0]!r}", start)
+        return (flags | frozenset(on)) - frozenset(off)
+
+    def _class(self, flags: frozenset[str]) -> Chars:
+        cur, start = self.cur, self.cur.pos
+        cur.take()
+        if cur.peek() == "]" or (cur.peek() == "^" and cur.peek(1) == "]"):
+            raise cur.unsupported("']' first in a class (empty class in ECMA-262, literal in Python)", start)
+        fold = fold_case if "i" in flags else None
+        return parse_class_body(cur, self._class_item, start, fold=fold)
+
+    def _class_item(self, cur: Cursor) -> ClassItem:
+        if cur.peek() == "\\":
+            return self._escape(in_class=True)
+        cur.take()
+        return check_code_point(cur, ord(cur.text[cur.pos - 1]), cur.pos - 1)
+
+    # --- escapes -----------------------------------------------------------------------
+
+    def _escape(self, *, in_class: bool) -> ClassItem:
+        """One backslash escape: a code point, or a set for ``\\d``-style class escapes."""
+        cur, start = self.cur, self.cur.pos
+        cur.take()
+        if cur.at_end():
+            raise cur.error("pattern ends with a backslash", start)
+        ch = cur.take()
+        if ch in _SIMPLE_ESCAPES:
+            return ord(_SIMPLE_ESCAPES[ch])
+        if ch in _CLASS_ESCAPES:
+            return _CLASS_ESCAPES[ch]
+        if ch == "x":
+            return read_hex_escape(cur, 2, start)
+        if ch == "u":
+            return self._u_escape(start)
+        if ch == "U":
+            return read_hex_escape(cur, 8, start)
+        if ch == "b" and in_class:
+            return 0x08
+        if ch.isascii() and ch.isdigit():
+            return self._digit_escape(ch, start, in_class)
+        if ch in _UNSUPPORTED_ESCAPES:
+            raise cur.unsupported(_UNSUPPORTED_ESCAPES[ch], start)
+        if ch.isascii() and ch.isalnum():
+            raise cur.unsupported(f"escape \\{ch} (an error in Python, the letter itself in ECMA-262)", start)
+        return check_code_point(cur, ord(ch), start)
+
+    def _digit_escape(self, digit: str, start: int, in_class: bool) -> int:
+        cur = self.cur
+        if digit == "0" and not (cur.peek().isascii() and cur.peek().isdigit()):
+            return 0
+        if digit == "0" or in_class:
+            raise cur.unsupported("octal escape", start)
+        raise cur.unsupported("backreference", start)
+
+    def _u_escape(self, start: int) -> int:
+        """``\\uHHHH`` (a UTF-16 surrogate pair combines) or ``\\u{H...}``."""
+        cur = self.cur
+        if cur.take_if("{"):
+            close = cur.text.find("}", cur.pos)
+            digits = cur.text[cur.pos : close] if close >= 0 else ""
+            if not 1 <= len(digits) <= 8 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+                raise cur.error("bad \\u{...} escape", start)
+            cur.pos = close + 1
+            return check_code_point(cur, int(digits, 16), start)
+        value = read_hex_digits(cur, 4, start)
+        if 0xD800 <= value <= 0xDBFF and cur.text.startswith("\\u", cur.pos):
+            resume = cur.pos
+            cur.pos += 2
+            low = read_hex_digits(cur, 4, resume)
+            if 0xDC00 <= low <= 0xDFFF:
+                return 0x10000 + ((value - 0xD800) << 10) + (low - 0xDC00)
+            cur.pos = resume
+        return check_code_point(cur, value, start)
+
+
+def _unless(condition: bool, expr: Expr) -> Expr:
+    """``expr``, or the empty string when ``condition`` holds (search padding at an anchored end)."""
+    return EMPTY if condition else expr
+
+
+def _char(code_point: int, flags: frozenset[str]) -> Expr:
+    """One literal character, widened to its case variants under the ``i`` flag."""
+    if "i" in flags:
+        folded = fold_case(Chars(((code_point, code_point),)))
+        if folded.ranges != ((code_point, code_point),):
+            return folded
+    return Literal(chr(code_point))
+
+
+def _join(items: Iterable[Expr]) -> Expr:
+    """A sequence, with adjacent single characters merged into one ``Literal`` for readability."""
+    out: list[Expr] = []
+    for item in items:
+        if isinstance(item, Literal) and out and isinstance(out[-1], Literal):
+            out[-1] = Literal(out[-1].text + item.text)
+        else:
+            out.append(item)
+    return seq(out)

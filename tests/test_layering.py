@@ -1,0 +1,182 @@
+"""The import direction ``grammars <- samplers <- engine <- jsonschemabench``, checked with ``ast``.
+
+Every ``.py`` file under the four packages is parsed (not imported), and every import in it —
+``import x``, ``from x import y``, relative ``from ..x import y``, imports inside functions or
+``if TYPE_CHECKING:`` blocks, and ``importlib.import_module("x")`` / ``__import__("x")`` with a
+literal name — is resolved to an absolute module name and checked against ``FORBIDDEN``.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("grammars", "samplers", "engine", "jsonschemabench")
+
+# package -> top-level modules it must not import
+FORBIDDEN: dict[str, frozenset[str]] = {
+    "grammars": frozenset({"samplers", "engine", "jsonschemabench", "torch"}),
+    "samplers": frozenset({"engine", "jsonschemabench"}),
+    "engine": frozenset({"jsonschemabench"}),
+    "jsonschemabench": frozenset(),
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import statement, resolved: the absolute module name and where it was written."""
+
+    module: str
+    line: int
+
+
+def module_name(path: Path, root: Path = REPO_ROOT) -> tuple[str, bool]:
+    """Dotted module name of a file under ``root``, and whether it is a package ``__init__``."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    is_package = parts[-1] == "__init__"
+    if is_package:
+        parts = parts[:-1]
+    return ".".join(parts), is_package
+
+
+def _resolve_relative(module: str, is_package: bool, level: int, target: str | None) -> str:
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    if level > len(package):
+        # beyond the top-level package: Python refuses this at import time; flag it loudly
+        return "<relative import beyond top-level package>"
+    base = package[: len(package) - level + 1]
+    return ".".join(base + ([target] if target else []))
+
+
+def imports_of(source: str, module: str, is_package: bool = False) -> list[Import]:
+    """Every module ``source`` (the text of ``module``) imports, as absolute dotted names.
+
+    ``from pkg import name`` yields both ``pkg`` and ``pkg.name`` (the name may be a submodule).
+    """
+    found: list[Import] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [Import(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = _resolve_relative(module, is_package, node.level, node.module)
+            else:
+                base = node.module or ""
+            found.append(Import(base, node.lineno))
+            found += [Import(f"{base}.{alias.name}", node.lineno) for alias in node.names if alias.name != "*"]
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            first = node.args[0]
+            if name in ("import_module", "__import__") and isinstance(first, ast.Constant) and isinstance(first.value, str):
+                found.append(Import(first.value, node.lineno))
+    return found
+
+
+def violations_in(source: str, module: str, is_package: bool = False, where: str = "") -> list[str]:
+    """Import-direction violations in one module's source, as readable messages."""
+    package = module.split(".")[0]
+    forbidden = FORBIDDEN.get(package, frozenset())
+    messages = []
+    for imp in imports_of(source, module, is_package):
+        top = imp.module.split(".")[0]
+        if top in forbidden or imp.module.startswith("<"):
+            messages.append(f"{where or module}:{imp.line}: {package} must not import {imp.module}")
+    return messages
+
+
+def package_files() -> list[Path]:
+    return sorted(p for pkg in PACKAGES if (REPO_ROOT / pkg).is_dir() for p in (REPO_ROOT / pkg).rglob("*.py"))
+
+
+# --- the checker itself can fail -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "module", "is_package", "bad"),
+    [
+        ("import torch", "grammars.vocab", False, "torch"),
+        ("import torch.nn.functional as F", "grammars.vocab", False, "torch.nn.functional"),
+        ("from samplers import awrs", "grammars.compile", False, "samplers"),
+        ("def f():\n    from engine.lm import LanguageModel\n", "samplers.asap", False, "engine.lm"),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import engine\n", "samplers.smc", False, "engine"),
+        ("from ..engine import decoders", "samplers.sub.mod", False, "samplers.engine"),  # stays in samplers
+        ("from .. import awrs", "samplers.sub.mod", False, "samplers.awrs"),
+        ("from .. import dfa", "grammars.automata", True, "grammars.dfa"),
+        ("from . import trie", "grammars.automata", True, "grammars.automata.trie"),
+        ("from ... import engine", "samplers.sub.mod", False, "<relative import beyond top-level package>"),
+        ("import importlib\nimportlib.import_module('jsonschemabench.peers')", "engine.cli", False, "jsonschemabench.peers"),
+        ("__import__('torch')", "grammars.kernels", False, "torch"),
+        ("from .... import x", "grammars.automata.dfa", False, "<relative import beyond top-level package>"),
+    ],
+)
+def test_checker_resolves_imports(source, module, is_package, bad):
+    assert bad in {imp.module for imp in imports_of(source, module, is_package)}
+
+
+@pytest.mark.parametrize(
+    ("source", "module", "is_package"),
+    [
+        ("import torch", "grammars.vocab", False),
+        ("from samplers import awrs", "grammars.compile", False),
+        ("def f():\n    from engine.lm import LanguageModel\n", "samplers.asap", False),
+        ("from ... import engine", "samplers.sub.mod", False),
+        ("from .. import x", "engine", True),
+        ("import jsonschemabench.peers", "engine.cli", False),
+        ("import grammars\nfrom jsonschemabench import samples", "samplers.asap", False),
+        ("import importlib\nimportlib.import_module('torch')", "grammars.vocab", False),
+    ],
+)
+def test_checker_reports_violations(source, module, is_package):
+    assert violations_in(source, module, is_package)
+
+
+@pytest.mark.parametrize(
+    ("source", "module", "is_package"),
+    [
+        ("import numpy as np\nfrom . import ir\nfrom .automata import dfa", "grammars.compile", False),
+        ("from .frontends import gbnf\nfrom .errors import GrammarError", "grammars", True),
+        ("from ..errors import GrammarError", "grammars.frontends.gbnf", False),
+        ("import torch\nfrom grammars import Matcher", "samplers.masked", False),
+        ("import torch\nimport samplers\nfrom grammars.errors import TokenRejected", "engine.decode", False),
+        ("import grammars, samplers, engine\nfrom .peers import ENGINES", "jsonschemabench.grammar_bench", False),
+        ("from ..engine_utils import x", "grammars.automata.trie", False),  # a module *named* like a package
+    ],
+)
+def test_checker_accepts_allowed_imports(source, module, is_package):
+    assert violations_in(source, module, is_package) == []
+
+
+# --- the real tree -----------------------------------------------------------------------------
+
+
+def test_packages_are_found():
+    files = package_files()
+    assert any(module_name(f)[0].startswith("grammars") for f in files), "no grammars/*.py found to check"
+    for pkg in PACKAGES:
+        assert (REPO_ROOT / pkg / "__init__.py").is_file(), f"{pkg}/__init__.py is missing"
+
+
+def test_import_direction():
+    messages = []
+    for path in package_files():
+        module, is_package = module_name(path)
+        source = path.read_text(encoding="utf-8")
+        messages += violations_in(source, module, is_package, where=str(path.relative_to(REPO_ROOT)))
+    assert not messages, "import direction is grammars <- samplers <- engine <- jsonschemabench:\n" + "\n".join(messages)
+
+
+def test_nothing_outside_jsonschemabench_imports_it():
+    messages = []
+    for path in package_files():
+        module, is_package = module_name(path)
+        if module.split(".")[0] == "jsonschemabench":
+            continue
+        for imp in imports_of(path.read_text(encoding="utf-8"), module, is_package):
+            if imp.module.split(".")[0] == "jsonschemabench":
+                messages.append(f"{path.relative_to(REPO_ROOT)}:{imp.line}: imports {imp.module}")
+    assert not messages, "\n".join(messages)
