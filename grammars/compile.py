@@ -167,6 +167,7 @@ def _vocab_index(vocab) -> _VocabIndex:
 
 
 def compile_grammar(grammar: Grammar, vocab, *, compiler: Compiler | None = None) -> CompiledGrammar:
+    """Compile a grammar IR (from any front end, or built by hand) for ``vocab``."""
     return (compiler or Compiler(vocab)).compile_grammar(grammar)
 
 

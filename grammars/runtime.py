@@ -29,7 +29,7 @@ from grammars.automata.lr import Parser, StackNode
 from grammars.bitmask import mask_words, pack_bool
 from grammars.errors import LimitExceeded
 from grammars.limits import Limits
-from grammars.token_walk import PathWalk, WalkCache
+from grammars.token_walk import PathWalk, WalkCache, tokens_to_words
 from grammars.trie import TokenTrie
 
 __all__ = ["ACCEPT", "MatchState", "GrammarRuntime", "BoundedCache"]
@@ -223,10 +223,8 @@ class GrammarRuntime:
         self._collect(inside, succ, collected)
         collected = [c for c in collected if c.shape[0]]
         if collected:
-            allowed = np.zeros(self.logits_width, dtype=bool)
-            for tokens in collected:
-                allowed[tokens] = True
-            result = pack_bool(allowed, self.logits_width)
+            result = tokens_to_words(np.concatenate(collected), self.words)
+            result.setflags(write=False)
         else:
             result = self.zero_mask
         self._boundary_memo.put(key, result)

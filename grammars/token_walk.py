@@ -25,7 +25,7 @@ from numba import njit
 from grammars.bitmask import mask_words
 from grammars.trie import TokenTrie
 
-__all__ = ["PathWalk", "WalkCache"]
+__all__ = ["PathWalk", "WalkCache", "tokens_to_words"]
 
 
 @njit(cache=True, nogil=True)
@@ -33,6 +33,18 @@ def _grow(arr):  # pragma: no cover - jitted
     out = np.empty(arr.shape[0] * 2, arr.dtype)
     out[: arr.shape[0]] = arr
     return out
+
+
+@njit(cache=True, nogil=True)
+def _next_bytes(child_start, child_count, node_byte, nodes):  # pragma: no cover - jitted
+    """Bitset (4 x uint64) of the bytes on edges leaving ``nodes``."""
+    bits = np.zeros(4, np.uint64)
+    for i in range(nodes.shape[0]):
+        c0 = child_start[nodes[i]]
+        for c in range(c0, c0 + child_count[nodes[i]]):
+            b = node_byte[c]
+            bits[b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+    return bits
 
 
 @njit(cache=True, nogil=True)
@@ -78,10 +90,13 @@ def _token_next_states(parent, node_byte, token_node, flat, state):  # pragma: n
 
 
 @njit(cache=True, nogil=True)
-def _sub_walk(child_start, child_count, node_byte, tok_start, tok_count, node_tokens, flat, accepting, state,
-              parents):  # pragma: no cover - jitted
-    """Tokens kept alive below ``parents`` from ``state``, and nodes where the DFA accepts.
+def _sub_walk(child_start, child_count, node_byte, node_parent, edges_by_byte, edge_byte_start, tok_start, tok_count,
+              node_tokens, flat, accepting, state, parents):  # pragma: no cover - jitted
+    """Tokens kept alive below ``parents`` (sorted) from ``state``, and nodes where the DFA accepts.
 
+    The first byte is matched either by scanning the parents' children or, when the parents are
+    many and the terminal's first bytes few (an identifier followed by ``(``), by scanning the
+    trie edges of those bytes and binary-searching their parent: whichever touches fewer nodes.
     Parents may be nested (one below another); their subtrees are then walked once per parent,
     from different DFA states, so buffers grow on demand.
     """
@@ -92,16 +107,37 @@ def _sub_walk(child_start, child_count, node_byte, tok_start, tok_count, node_to
     n_tok = 0
     n_acc = 0
     top = 0
-    for i in range(parents.shape[0]):
-        p = parents[i]
-        c0 = child_start[p]
-        for c in range(c0, c0 + child_count[p]):
-            if top == stack_node.shape[0]:
-                stack_node = _grow(stack_node)
-                stack_state = _grow(stack_state)
-            stack_node[top] = c
-            stack_state[top] = state
-            top += 1
+    n_parents = parents.shape[0]
+    edge_cost = 0
+    for b in range(256):
+        if flat[state * 256 + b] >= 0:
+            edge_cost += edge_byte_start[b + 1] - edge_byte_start[b]
+    if edge_cost * 4 < n_parents:
+        for b in range(256):
+            if flat[state * 256 + b] < 0:
+                continue
+            for e in range(edge_byte_start[b], edge_byte_start[b + 1]):
+                child = edges_by_byte[e]
+                p = node_parent[child]
+                i = np.searchsorted(parents, p)
+                if i < n_parents and parents[i] == p:
+                    if top == stack_node.shape[0]:
+                        stack_node = _grow(stack_node)
+                        stack_state = _grow(stack_state)
+                    stack_node[top] = child
+                    stack_state[top] = state
+                    top += 1
+    else:
+        for i in range(n_parents):
+            p = parents[i]
+            c0 = child_start[p]
+            for c in range(c0, c0 + child_count[p]):
+                if top == stack_node.shape[0]:
+                    stack_node = _grow(stack_node)
+                    stack_state = _grow(stack_state)
+                stack_node[top] = c
+                stack_state[top] = state
+                top += 1
     while top > 0:
         top -= 1
         node = stack_node[top]
@@ -127,7 +163,17 @@ def _sub_walk(child_start, child_count, node_byte, tok_start, tok_count, node_to
             stack_node[top] = c
             stack_state[top] = nxt
             top += 1
-    return out_tokens[:n_tok].copy(), out_accept[:n_acc].copy()
+    return out_tokens[:n_tok].copy(), np.unique(out_accept[:n_acc])
+
+
+@njit(cache=True, nogil=True)
+def tokens_to_words(tokens, n_words):  # pragma: no cover - jitted
+    """Packed int32 mask with the bits of ``tokens`` set."""
+    words = np.zeros(n_words, np.uint32)
+    for i in range(tokens.shape[0]):
+        tok = tokens[i]
+        words[tok >> 5] |= np.uint32(1) << np.uint32(tok & 31)
+    return words.view(np.int32)
 
 
 class PathWalk:
@@ -136,12 +182,15 @@ class PathWalk:
     ``mask`` (packed) is set for root walks, ``tokens`` (ids) for sub-walks, which are small.
     """
 
-    __slots__ = ("mask", "tokens", "accept_nodes", "_children", "_lock")
+    __slots__ = ("mask", "tokens", "accept_nodes", "next_bytes", "_children", "_lock")
 
-    def __init__(self, mask, tokens, accept_nodes):
+    def __init__(self, mask, tokens, accept_nodes, next_bytes: int):
         self.mask = mask
         self.tokens = tokens
         self.accept_nodes = accept_nodes
+        #: bytes that can follow an accept node inside some token (256-bit int): a lexeme starting
+        #: with none of them cannot continue this path, so its walk is skipped
+        self.next_bytes = next_bytes
         self._children: dict = {}
         self._lock = Lock()
 
@@ -159,6 +208,7 @@ class WalkCache:
         self._roots: dict = {}
         self._lock = Lock()
         self._words = mask_words(logits_width)
+        self._first: dict = {}
 
     def root(self, dfa, state: int) -> PathWalk:
         key = (dfa.key, state)
@@ -169,7 +219,7 @@ class WalkCache:
         words, accept = _root_walk(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), dfa.accepting, state,
                                    self._words)
         words.setflags(write=False)
-        walk = PathWalk(words, None, accept)
+        walk = PathWalk(words, None, accept, self._next_bytes(accept))
         with self._lock:
             if len(self._roots) >= self.capacity:
                 self._roots.clear()
@@ -182,20 +232,43 @@ class WalkCache:
         hit = walk._children.get(key)
         if hit is not None:
             return hit
+        if not walk.next_bytes & self._first_bytes(dfa, state):
+            with walk._lock:
+                walk._children[key] = _EMPTY_WALK
+            return _EMPTY_WALK
         trie = self.trie
-        tokens, accept = _sub_walk(trie.child_start, trie.child_count, trie.node_byte, trie.node_tok_start,
-                                   trie.node_tok_count, trie.node_tokens, _flat(dfa), dfa.accepting, state,
-                                   walk.accept_nodes)
-        child = PathWalk(None, tokens, accept)
+        tokens, accept = _sub_walk(trie.child_start, trie.child_count, trie.node_byte, trie.node_parent,
+                                   trie.edges_by_byte, trie.edge_byte_start, trie.node_tok_start, trie.node_tok_count,
+                                   trie.node_tokens, _flat(dfa), dfa.accepting, state, walk.accept_nodes)
+        child = PathWalk(None, tokens, accept, self._next_bytes(accept))
         with walk._lock:
             walk._children[key] = child
         return child
 
 
+    def _next_bytes(self, nodes: np.ndarray) -> int:
+        if not nodes.shape[0]:
+            return 0
+        trie = self.trie
+        words = _next_bytes(trie.child_start, trie.child_count, trie.node_byte, nodes)
+        return int(words[0]) | int(words[1]) << 64 | int(words[2]) << 128 | int(words[3]) << 192
+
+    def _first_bytes(self, dfa, state: int) -> int:
+        key = (dfa.key, state)
+        bits = self._first.get(key)
+        if bits is None:
+            live = np.flatnonzero(dfa.table[state] >= 0)
+            bits = sum(1 << int(b) for b in live)
+            self._first[key] = bits
+        return bits
+
     def token_next_states(self, dfa, state: int) -> np.ndarray:
         """Per token, the state its bytes reach from ``state`` (-1: not allowed). Not cached here."""
         trie = self.trie
         return _token_next_states(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), state)
+
+
+_EMPTY_WALK = PathWalk(None, np.empty(0, np.int64), np.empty(0, np.int64), 0)
 
 
 def _flat(dfa) -> np.ndarray:

@@ -34,6 +34,8 @@ class TokenTrie:
     node_tok_start: np.ndarray  # int64[n_nodes]: tokens ending at a node are
     node_tok_count: np.ndarray  # int64[n_nodes]:   node_tokens[start : start + count]
     node_tokens: np.ndarray  # int64[n_text_tokens], grouped by node
+    edges_by_byte: np.ndarray  # int64[n_nodes - 1]: every non-root node, sorted by (byte, id) ...
+    edge_byte_start: np.ndarray  # int64[257]: ... nodes entered by byte b are edges_by_byte[start[b]:start[b+1]]
 
     @property
     def n_nodes(self) -> int:
@@ -90,7 +92,11 @@ class TokenTrie:
         by_node = text_ids[np.argsort(tn[text_ids], kind="stable")]
         tok_count = np.bincount(tn[text_ids], minlength=n).astype(np.int64)
         tok_start = np.cumsum(tok_count) - tok_count
-        arrays = (nb, child_start, child_count, nd, parent, tn, tok_start, tok_count, by_node)
+        non_root = np.arange(1, n, dtype=np.int64)
+        edges = non_root[np.lexsort((non_root, nb[1:]))]
+        edge_start = np.zeros(257, dtype=np.int64)
+        edge_start[1:] = np.cumsum(np.bincount(nb[1:], minlength=256))
+        arrays = (nb, child_start, child_count, nd, parent, tn, tok_start, tok_count, by_node, edges, edge_start)
         for arr in arrays:
             arr.setflags(write=False)
         return cls(*arrays)

@@ -619,7 +619,7 @@ def _minimize(table: np.ndarray, accepting: np.ndarray) -> tuple[int, list[int]]
             bmark(T[CE[i]])
         B.split()
         c += 1
-        if b < B.z:
+        while b < B.z:
             for i in range(BF[b], BP[b]):
                 q = BE[i]
                 for j in range(Fa[q], Fa[q + 1]):
