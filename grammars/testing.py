@@ -35,8 +35,8 @@ def allowed_tokens(matcher, logits_width: int) -> np.ndarray:
 class MatcherLaws:
     matcher: object
     vocab: object
-    #: check ``allows``/``try_advance`` on at most this many tokens (all of them when None);
-    #: the sample always includes every allowed token and EOS.
+    #: check ``allows``/``try_advance`` on this many random token ids plus as many allowed ones
+    #: (all ids when None); EOS is always checked.
     sample: int | None = None
     seed: int = 0
 
@@ -106,7 +106,10 @@ class MatcherLaws:
             return range(width)
         rng = np.random.default_rng(self.seed)
         picked = set(rng.choice(width, size=self.sample, replace=False).tolist())
-        picked.update(int(t) for t in np.flatnonzero(allowed))
+        allowed_ids = np.flatnonzero(allowed)
+        if allowed_ids.shape[0] > self.sample:
+            allowed_ids = rng.choice(allowed_ids, size=self.sample, replace=False)
+        picked.update(int(t) for t in allowed_ids)
         picked.update(self.vocab.eos_token_ids)
         return sorted(picked)
 
