@@ -216,8 +216,18 @@ class WalkCache:
         if hit is not None:
             return hit
         trie = self.trie
-        words, accept = _root_walk(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), dfa.accepting, state,
-                                   self._words)
+        flat = _flat(dfa)
+        live_first = dfa.table[state][trie.node_byte[1 : 1 + trie.child_count[0]]] >= 0
+        reach = int(trie.subtree_size[1 : 1 + trie.child_count[0]][live_first].sum())
+        if reach * 8 < trie.n_nodes:
+            # few subtrees start with an allowed byte (keywords, punctuation): walk only those
+            tokens, accept = _sub_walk(trie.child_start, trie.child_count, trie.node_byte, trie.node_parent,
+                                       trie.edges_by_byte, trie.edge_byte_start, trie.node_tok_start,
+                                       trie.node_tok_count, trie.node_tokens, flat, dfa.accepting, state, _ROOT)
+            words = tokens_to_words(tokens, self._words)
+        else:
+            words, accept = _root_walk(trie.node_parent, trie.node_byte, trie.token_node, flat, dfa.accepting, state,
+                                       self._words)
         words.setflags(write=False)
         walk = PathWalk(words, None, accept, self._next_bytes(accept))
         with self._lock:
@@ -268,6 +278,7 @@ class WalkCache:
         return _token_next_states(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), state)
 
 
+_ROOT = np.zeros(1, dtype=np.int64)
 _EMPTY_WALK = PathWalk(None, np.empty(0, np.int64), np.empty(0, np.int64), 0)
 
 

@@ -34,8 +34,10 @@ from .errors import VocabularyError
 
 __all__ = [
     "CACHE_ENV_VAR",
+    "EOG_TOKEN_TEXTS",
     "GGUFTokenizer",
     "GGUFTokenType",
+    "align_with_llama_cpp",
     "default_cache_root",
     "file_sha256",
     "load_gguf_tokenizer",
@@ -123,7 +125,7 @@ class GGUFTokenizer:
         ids = {i for i in (self.eos_token_id, self.eot_token_id, self.eom_token_id) if i is not None}
         ids.update(
             i
-            for i, (text, kind) in enumerate(zip(self.tokens, self.token_types))
+            for i, (text, kind) in enumerate(zip(self.tokens, self.token_types, strict=True))
             if text in EOG_TOKEN_TEXTS and kind != GGUFTokenType.BYTE
         )
         return frozenset(ids)
@@ -157,7 +159,9 @@ def load_tokenizer_file(path: Path) -> Any:
     return tokenizer
 
 
-def load_gguf_tokenizer(path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None) -> GGUFTokenizer:
+def load_gguf_tokenizer(
+    path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None
+) -> GGUFTokenizer:
     """Read (from the cache, or by converting and caching) the tokenizer of a GGUF file.
 
     ``cache_dir`` is corral's cache root (default: ``default_cache_root()``); entries live in its
@@ -306,17 +310,25 @@ def _read_gguf_metadata(source: Path) -> dict[str, Any]:
 
     def value(key: str, default: Any = None) -> Any:
         field = reader.fields.get(key)
-        return default if field is None else field.contents()
+        if field is None or not field.types:
+            return default
+        try:
+            return _field_value(field, gguf.GGUFValueType)
+        except UnicodeDecodeError as exc:
+            raise VocabularyError(f"{source}: {key} holds text that is not UTF-8 ({exc})") from exc
 
     tokens = value("tokenizer.ggml.tokens")
     if not tokens:
         raise VocabularyError(f"{source} has no tokenizer (no tokenizer.ggml.tokens)")
     model = value("tokenizer.ggml.model", "")
+    token_types = [int(t) for t in value("tokenizer.ggml.token_type", [])]
+    if token_types and len(token_types) != len(tokens):
+        raise VocabularyError(f"{source}: {len(tokens)} tokens but {len(token_types)} token types")
     return {
         "model": model,
         "pre": value("tokenizer.ggml.pre", "") or "",
         "tokens": list(tokens),
-        "token_types": [int(t) for t in value("tokenizer.ggml.token_type", [])],
+        "token_types": token_types,
         "bos_token_id": _opt_int(value("tokenizer.ggml.bos_token_id")),
         "eos_token_id": _opt_int(value("tokenizer.ggml.eos_token_id")),
         "eot_token_id": _opt_int(value("tokenizer.ggml.eot_token_id")),
@@ -324,6 +336,17 @@ def _read_gguf_metadata(source: Path) -> dict[str, Any]:
         # llama.cpp's default: SentencePiece vocabularies add the dummy-prefix space unless told not to
         "add_space_prefix": bool(value("tokenizer.ggml.add_space_prefix", model == "llama")),
     }
+
+
+def _field_value(field: Any, value_type: Any) -> Any:
+    """A GGUFReader field as Python values (``ReaderField.contents()`` does this in newer gguf releases)."""
+    if field.types[0] == value_type.ARRAY:
+        if field.types[-1] == value_type.STRING:
+            return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+        return [v for i in field.data for v in field.parts[i].tolist()]
+    if field.types[0] == value_type.STRING:
+        return bytes(field.parts[-1]).decode("utf-8")
+    return field.parts[-1].tolist()[0]
 
 
 def _opt_int(v: Any) -> int | None:

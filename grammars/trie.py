@@ -36,6 +36,7 @@ class TokenTrie:
     node_tokens: np.ndarray  # int64[n_text_tokens], grouped by node
     edges_by_byte: np.ndarray  # int64[n_nodes - 1]: every non-root node, sorted by (byte, id) ...
     edge_byte_start: np.ndarray  # int64[257]: ... nodes entered by byte b are edges_by_byte[start[b]:start[b+1]]
+    subtree_size: np.ndarray  # int64[n_nodes]: nodes in the subtree rooted at each node (itself included)
 
     @property
     def n_nodes(self) -> int:
@@ -96,7 +97,12 @@ class TokenTrie:
         edges = non_root[np.lexsort((non_root, nb[1:]))]
         edge_start = np.zeros(257, dtype=np.int64)
         edge_start[1:] = np.cumsum(np.bincount(nb[1:], minlength=256))
-        arrays = (nb, child_start, child_count, nd, parent, tn, tok_start, tok_count, by_node, edges, edge_start)
+        subtree = np.ones(n, dtype=np.int64)
+        level_start = np.searchsorted(nd, np.arange(int(nd.max()) + 2))  # BFS: depths are contiguous
+        for depth in range(int(nd.max()), 0, -1):
+            level = slice(level_start[depth], level_start[depth + 1])
+            np.add.at(subtree, parent[level], subtree[level])
+        arrays = (nb, child_start, child_count, nd, parent, tn, tok_start, tok_count, by_node, edges, edge_start, subtree)
         for arr in arrays:
             arr.setflags(write=False)
         return cls(*arrays)

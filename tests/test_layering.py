@@ -72,7 +72,8 @@ def imports_of(source: str, module: str, is_package: bool = False) -> list[Impor
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
             first = node.args[0]
-            if name in ("import_module", "__import__") and isinstance(first, ast.Constant) and isinstance(first.value, str):
+            literal = isinstance(first, ast.Constant) and isinstance(first.value, str)
+            if name in ("import_module", "__import__") and literal:
                 found.append(Import(first.value, node.lineno))
     return found
 
@@ -109,7 +110,8 @@ def package_files() -> list[Path]:
         ("from .. import dfa", "grammars.automata", True, "grammars.dfa"),
         ("from . import trie", "grammars.automata", True, "grammars.automata.trie"),
         ("from ... import engine", "samplers.sub.mod", False, "<relative import beyond top-level package>"),
-        ("import importlib\nimportlib.import_module('jsonschemabench.peers')", "engine.cli", False, "jsonschemabench.peers"),
+        ("import importlib\nimportlib.import_module('jsonschemabench.peers')", "engine.cli", False,
+         "jsonschemabench.peers"),
         ("__import__('torch')", "grammars.kernels", False, "torch"),
         ("from .... import x", "grammars.automata.dfa", False, "<relative import beyond top-level package>"),
     ],
@@ -167,7 +169,8 @@ def test_import_direction():
         module, is_package = module_name(path)
         source = path.read_text(encoding="utf-8")
         messages += violations_in(source, module, is_package, where=str(path.relative_to(REPO_ROOT)))
-    assert not messages, "import direction is grammars <- samplers <- engine <- jsonschemabench:\n" + "\n".join(messages)
+    rule = "import direction is grammars <- samplers <- engine <- jsonschemabench"
+    assert not messages, rule + ":\n" + "\n".join(messages)
 
 
 def test_nothing_outside_jsonschemabench_imports_it():

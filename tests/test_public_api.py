@@ -22,6 +22,7 @@ EXPECTED: dict[str, frozenset[str]] = {
             "compile_regex",
             "compile_lark",
             "compile_gbnf",
+            "compile_grammar",
             "Compiler",
             "CompiledGrammar",
             "Matcher",

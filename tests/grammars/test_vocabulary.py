@@ -18,7 +18,6 @@ import os
 import pickle
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from conftest import VOCAB_NAMES, shared_path, vocab_file
@@ -66,7 +65,7 @@ def llama_cpp_vectors(name: str) -> list[tuple[str, list[int]]]:
     assert lines[-1] == ""
     texts, lines = texts[:-1], lines[:-1]
     assert len(texts) == len(lines) > 40
-    return [(text, [int(x) for x in line.split()]) for text, line in zip(texts, lines)]
+    return [(text, [int(x) for x in line.split()]) for text, line in zip(texts, lines, strict=True)]
 
 
 def expected_bytes(vocab: TokenVocabulary, text: str) -> bytes:
@@ -116,6 +115,17 @@ def test_encode_matches_llama_cpp(gguf_vocabs, name):
             mismatches.append((text, ids, got))
         assert vocab.decode(got) == expected_bytes(vocab, text), text
     assert not mismatches, f"{len(mismatches)} of llama.cpp's tokenizations differ, first: {mismatches[:3]}"
+
+
+def test_hf_tokenizer_is_the_corrected_conversion(gguf_vocabs):
+    vocab = gguf_vocabs("deepseek-coder")
+    hf = vocab.hf_tokenizer
+    assert hf is vocab.hf_tokenizer  # loaded once
+    assert len(hf) == len(vocab)  # transformers' three extra ids are gone
+    assert hf.eos_token_id in vocab.eos_token_ids and hf.bos_token_id == vocab.bos_token_id
+    text = "def f(x):\n    return ½ * x"
+    assert hf.encode(text, add_special_tokens=False) == vocab.encode(text)
+    assert TokenVocabulary.from_bytes([b"a", b""], eos_token_ids=[1]).hf_tokenizer is None
 
 
 def test_encode_leaves_special_token_text_alone(gguf_vocabs):
@@ -181,32 +191,35 @@ def test_from_tokenizer_agrees_with_gguf(gguf_vocabs, name):
 
 
 def test_gguf_cache_is_written_atomically_and_reused(gguf_vocabs, tmp_path, monkeypatch):
-    """A cold load into an empty cache root (the env var): one complete entry, no temp folders left."""
+    """Cold loads into an empty cache root (named by the env var) leave one complete entry and no temp folders."""
     monkeypatch.setenv(CACHE_ENV_VAR, str(tmp_path))
     path = vocab_file("llama-spm")
-    results: list[TokenVocabulary] = []
-    threads = [threading.Thread(target=lambda: results.append(TokenVocabulary.from_pretrained(path))) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(results) == 2 and results[0] == results[1] == gguf_vocabs("llama-spm")
+    first = TokenVocabulary.from_pretrained(path)
+    assert first == gguf_vocabs("llama-spm")
     entries = os.listdir(tmp_path / "tokenizers")
     assert entries == [file_sha256(path)], entries
     entry = tmp_path / "tokenizers" / entries[0]
     assert {"tokenizer.json", "tokenizer_config.json", "corral-gguf.json"} <= set(os.listdir(entry))
 
     start = time.perf_counter()
-    cached = TokenVocabulary.from_pretrained(path)
-    assert time.perf_counter() - start < 2.0
-    assert cached == results[0]
+    assert TokenVocabulary.from_pretrained(path) == first
+    assert time.perf_counter() - start < 2.0, "a cached load must not convert again"
 
-    # A damaged entry is rebuilt rather than trusted.
+    # A damaged entry is rebuilt, not trusted, even by two loaders racing to replace it.
     (entry / "corral-gguf.json").write_text("{not json", encoding="utf-8")
-    rebuilt = TokenVocabulary.from_pretrained(path, cache_dir=tmp_path)
-    assert rebuilt == results[0]
-    assert json.loads((entry / "corral-gguf.json").read_text(encoding="utf-8"))["model"] == "llama"
+    results: list[TokenVocabulary] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(TokenVocabulary.from_pretrained(path, cache_dir=tmp_path)))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [first, first]
     assert os.listdir(tmp_path / "tokenizers") == entries
+    assert json.loads((entry / "corral-gguf.json").read_text(encoding="utf-8"))["model"] == "llama"
+    assert results[0].encode("Hello") == first.encode("Hello")
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -291,15 +304,35 @@ def test_from_tokenizer_without_eos_or_backend_raises():
 
 def test_decoding_rules():
     sp = {
-        "model": {"type": "BPE", "vocab": {"<unk>": 0, "▁a": 1, "<0x0A>": 2, "▁▁": 3, "<|user|>": 4, "x": 5}, "merges": [], "byte_fallback": True, "unk_token": "<unk>"},
-        "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
-        "added_tokens": [{"id": 4, "content": "<|user|>", "special": True}, {"id": 6, "content": "<tool>", "special": False}],
+        "model": {
+            "type": "BPE",
+            "vocab": {"<unk>": 0, "▁a": 1, "<0x0A>": 2, "▁▁": 3, "<|user|>": 4, "x": 5},
+            "merges": [],
+            "byte_fallback": True,
+            "unk_token": "<unk>",
+        },
+        "decoder": {
+            "type": "Sequence",
+            "decoders": [
+                {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                {"type": "ByteFallback"},
+                {"type": "Fuse"},
+                {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+            ],
+        },
+        "added_tokens": [
+            {"id": 4, "content": "<|user|>", "special": True},
+            {"id": 6, "content": "<tool>", "special": False},
+        ],
     }
     scheme, pieces, special = decode_tokenizer_json(sp)
     assert scheme == "sentencepiece"
     assert pieces == [b"", b" a", b"\n", b"  ", b"", b"x", b"<tool>"]
     assert special == {0, 4}
-    bl = {"model": {"type": "BPE", "vocab": {"Ġa": 0, "Ċ": 1, "Ã©": 2, "Ā": 3}, "merges": []}, "decoder": {"type": "ByteLevel"}}
+    bl = {
+        "model": {"type": "BPE", "vocab": {"Ġa": 0, "Ċ": 1, "Ã©": 2, "Ā": 3}, "merges": []},
+        "decoder": {"type": "ByteLevel"},
+    }
     scheme, pieces, special = decode_tokenizer_json(bl)
     assert scheme == "byte-level"
     assert pieces == [b" a", b"\n", "é".encode(), b"\x00"] and not special
