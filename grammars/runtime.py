@@ -193,7 +193,7 @@ class GrammarRuntime:
         for (t, s), stacks in groups.items():
             inside = self._walks.root(self.dfas[t], s)
             parts.append(inside.mask)
-            if inside.accept_nodes.shape[0]:
+            if inside.children_total:
                 seen: set[int] = set()
                 for stack in stacks:
                     succ = self.complete(stack, t)
@@ -239,7 +239,7 @@ class GrammarRuntime:
         for (t, s), stacks in groups.items():
             child = self._walks.extend(walk, self.dfas[t], s)
             out.append(child.tokens)
-            if child.accept_nodes.shape[0]:
+            if child.children_total:  # some token goes on after this lexeme: ask the parser what may follow
                 seen: set[int] = set()
                 for stack in stacks:
                     succ = self.complete(stack, t)

@@ -29,60 +29,81 @@ __all__ = ["PathWalk", "WalkCache", "tokens_to_words"]
 
 
 @njit(cache=True, nogil=True)
-def _grow(arr):  # pragma: no cover - jitted
-    out = np.empty(arr.shape[0] * 2, arr.dtype)
-    out[: arr.shape[0]] = arr
-    return out
-
-
-@njit(cache=True, nogil=True)
-def _next_bytes(child_start, child_count, node_byte, nodes):  # pragma: no cover - jitted
-    """Bitset (4 x uint64) of the bytes on edges leaving ``nodes``."""
-    bits = np.zeros(4, np.uint64)
+def _child_byte_counts(child_start, child_count, node_byte, nodes):  # pragma: no cover - jitted
+    """How many edges leaving ``nodes`` carry each byte."""
+    counts = np.zeros(256, np.int64)
     for i in range(nodes.shape[0]):
         c0 = child_start[nodes[i]]
         for c in range(c0, c0 + child_count[nodes[i]]):
-            b = node_byte[c]
-            bits[b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+            counts[node_byte[c]] += 1
+    return counts
+
+
+@njit(cache=True, nogil=True)
+def _node_bitset(nodes, n_nodes):  # pragma: no cover - jitted
+    bits = np.zeros((n_nodes + 63) // 64, np.uint64)
+    for i in range(nodes.shape[0]):
+        node = nodes[i]
+        bits[node >> 6] |= np.uint64(1) << np.uint64(node & 63)
     return bits
 
 
 @njit(cache=True, nogil=True)
-def _root_states(parent, node_byte, flat, state):  # pragma: no cover - jitted
-    """DFA state at every node when the DFA starts at the root in ``state`` (-1: dead)."""
+def _pack_alive(states, token_node, n_words):  # pragma: no cover - jitted
+    """Packed int32 mask of the tokens whose node has a live state (one word at a time)."""
+    n_tok = token_node.shape[0]
+    words = np.zeros(n_words, np.int64)
+    for w in range(n_words):
+        acc = 0
+        base = w * 32
+        for j in range(32):
+            tok = base + j
+            if tok < n_tok and states[token_node[tok]] >= 0:
+                acc |= 1 << j
+        words[w] = acc
+    return words.astype(np.uint32).view(np.int32)
+
+
+@njit(cache=True, nogil=True)
+def _root_walk(parent, node_byte, token_node, flat, accepting, state, n_words):  # pragma: no cover - jitted
+    """Packed mask of tokens alive from the root in ``state``, and the nodes where the DFA accepts.
+
+    One fused pass: a helper call or buffer growth inside the node loop made it 5x slower.
+    """
+    n = parent.shape[0]
+    states = np.empty(n + 1, np.int32)
+    states[0] = state
+    n_acc = 0
+    for node in range(1, n):
+        ps = states[parent[node]]
+        if ps < 0:
+            states[node] = -1
+        else:
+            nxt = flat[ps * 256 + node_byte[node]]
+            states[node] = nxt
+            if nxt >= 0 and accepting[nxt]:
+                n_acc += 1
+    states[n] = -1  # sentinel slot of non-text tokens
+    out_accept = np.empty(n_acc, np.int64)
+    if n_acc:
+        k = 0
+        for node in range(1, n):
+            st = states[node]
+            if st >= 0 and accepting[st]:
+                out_accept[k] = node
+                k += 1
+    return _pack_alive(states, token_node, n_words), out_accept
+
+
+@njit(cache=True, nogil=True)
+def _token_next_states(parent, node_byte, token_node, flat, state):  # pragma: no cover - jitted
+    """For every token, the DFA state its bytes reach from ``state`` (-1: dead)."""
     states = np.empty(parent.shape[0] + 1, np.int32)
     states[0] = state
     for node in range(1, parent.shape[0]):
         ps = states[parent[node]]
         states[node] = -1 if ps < 0 else flat[ps * 256 + node_byte[node]]
     states[parent.shape[0]] = -1  # sentinel slot of non-text tokens
-    return states
-
-
-@njit(cache=True, nogil=True)
-def _root_walk(parent, node_byte, token_node, flat, accepting, state, n_words):  # pragma: no cover - jitted
-    """Packed mask of tokens alive from the root in ``state``, and the nodes where the DFA accepts."""
-    states = _root_states(parent, node_byte, flat, state)
-    out_accept = np.empty(64, np.int64)
-    n_acc = 0
-    for node in range(1, parent.shape[0]):
-        st = states[node]
-        if st >= 0 and accepting[st]:
-            if n_acc == out_accept.shape[0]:
-                out_accept = _grow(out_accept)
-            out_accept[n_acc] = node
-            n_acc += 1
-    words = np.zeros(n_words, np.uint32)
-    for tok in range(token_node.shape[0]):
-        if states[token_node[tok]] >= 0:
-            words[tok >> 5] |= np.uint32(1) << np.uint32(tok & 31)
-    return words.view(np.int32), out_accept[:n_acc].copy()
-
-
-@njit(cache=True, nogil=True)
-def _token_next_states(parent, node_byte, token_node, flat, state):  # pragma: no cover - jitted
-    """For every token, the DFA state its bytes reach from ``state`` (-1: dead)."""
-    states = _root_states(parent, node_byte, flat, state)
     out = np.empty(token_node.shape[0], np.int32)
     for tok in range(token_node.shape[0]):
         out[tok] = states[token_node[tok]]
@@ -91,53 +112,51 @@ def _token_next_states(parent, node_byte, token_node, flat, state):  # pragma: n
 
 @njit(cache=True, nogil=True)
 def _sub_walk(child_start, child_count, node_byte, node_parent, edges_by_byte, edge_byte_start, tok_start, tok_count,
-              node_tokens, flat, accepting, state, parents):  # pragma: no cover - jitted
-    """Tokens kept alive below ``parents`` (sorted) from ``state``, and nodes where the DFA accepts.
+              node_tokens, flat, accepting, state, parents, parent_bits, use_edges, capacity):  # pragma: no cover - jitted
+    """Tokens kept alive below ``parents`` from ``state``, and nodes where the DFA accepts.
 
-    The first byte is matched either by scanning the parents' children or, when the parents are
-    many and the terminal's first bytes few (an identifier followed by ``(``), by scanning the
-    trie edges of those bytes and binary-searching their parent: whichever touches fewer nodes.
-    Parents may be nested (one below another); their subtrees are then walked once per parent,
-    from different DFA states, so buffers grow on demand.
+    The first byte is matched by scanning the parents' children, or (``use_edges``) by scanning
+    the trie edges of the DFA's live first bytes and testing their parent in ``parent_bits``:
+    the caller picks whichever touches fewer nodes (an identifier ends at ~100k nodes, but few
+    of them are followed by ``(``). Outputs hold ``capacity`` entries; on overflow (nested
+    parents visit a subtree once per parent) the third result is False and the caller retries.
+    Buffers are sized up front: growing them inside the loop made the kernel several times slower.
     """
-    out_tokens = np.empty(64, np.int64)
-    out_accept = np.empty(64, np.int64)
-    stack_node = np.empty(256, np.int64)
-    stack_state = np.empty(256, np.int32)
-    n_tok = 0
-    n_acc = 0
+    initial = 0
+    if use_edges:
+        for b in range(256):
+            if flat[state * 256 + b] >= 0:
+                initial += edge_byte_start[b + 1] - edge_byte_start[b]
+    else:
+        for i in range(parents.shape[0]):
+            initial += child_count[parents[i]]
+    # depth-first: besides the first level, pending siblings are at most 256 per level of the path
+    stack_node = np.empty(initial + 256 * 256, np.int64)
+    stack_state = np.empty(initial + 256 * 256, np.int32)
     top = 0
-    n_parents = parents.shape[0]
-    edge_cost = 0
-    for b in range(256):
-        if flat[state * 256 + b] >= 0:
-            edge_cost += edge_byte_start[b + 1] - edge_byte_start[b]
-    if edge_cost * 4 < n_parents:
+    if use_edges:
         for b in range(256):
             if flat[state * 256 + b] < 0:
                 continue
             for e in range(edge_byte_start[b], edge_byte_start[b + 1]):
                 child = edges_by_byte[e]
                 p = node_parent[child]
-                i = np.searchsorted(parents, p)
-                if i < n_parents and parents[i] == p:
-                    if top == stack_node.shape[0]:
-                        stack_node = _grow(stack_node)
-                        stack_state = _grow(stack_state)
+                if (parent_bits[p >> 6] >> np.uint64(p & 63)) & np.uint64(1):
                     stack_node[top] = child
                     stack_state[top] = state
                     top += 1
     else:
-        for i in range(n_parents):
+        for i in range(parents.shape[0]):
             p = parents[i]
             c0 = child_start[p]
             for c in range(c0, c0 + child_count[p]):
-                if top == stack_node.shape[0]:
-                    stack_node = _grow(stack_node)
-                    stack_state = _grow(stack_state)
                 stack_node[top] = c
                 stack_state[top] = state
                 top += 1
+    out_tokens = np.empty(capacity, np.int64)
+    out_accept = np.empty(capacity, np.int64)
+    n_tok = 0
+    n_acc = 0
     while top > 0:
         top -= 1
         node = stack_node[top]
@@ -145,25 +164,21 @@ def _sub_walk(child_start, child_count, node_byte, node_parent, edges_by_byte, e
         if nxt < 0:
             continue
         t0 = tok_start[node]
-        for k in range(t0, t0 + tok_count[node]):
-            if n_tok == out_tokens.shape[0]:
-                out_tokens = _grow(out_tokens)
+        t1 = t0 + tok_count[node]
+        if n_tok + (t1 - t0) > capacity or n_acc >= capacity:
+            return out_tokens[:0], out_accept[:0], False
+        for k in range(t0, t1):
             out_tokens[n_tok] = node_tokens[k]
             n_tok += 1
         if accepting[nxt]:
-            if n_acc == out_accept.shape[0]:
-                out_accept = _grow(out_accept)
             out_accept[n_acc] = node
             n_acc += 1
         c0 = child_start[node]
         for c in range(c0, c0 + child_count[node]):
-            if top == stack_node.shape[0]:
-                stack_node = _grow(stack_node)
-                stack_state = _grow(stack_state)
             stack_node[top] = c
             stack_state[top] = nxt
             top += 1
-    return out_tokens[:n_tok].copy(), np.unique(out_accept[:n_acc])
+    return out_tokens[:n_tok].copy(), np.sort(out_accept[:n_acc]), True
 
 
 @njit(cache=True, nogil=True)
@@ -180,23 +195,26 @@ class PathWalk:
     """The result of walking one lexical path: tokens reachable and where the last lexeme may end.
 
     ``mask`` (packed) is set for root walks, ``tokens`` (ids) for sub-walks, which are small.
+    ``child_bytes[b]`` counts the edges with byte ``b`` leaving the accept nodes: a next lexeme
+    whose first bytes have no such edge cannot continue this path, and the sum sizes the scan.
     """
 
-    __slots__ = ("mask", "tokens", "accept_nodes", "next_bytes", "_children", "_lock")
+    __slots__ = ("mask", "tokens", "accept_nodes", "child_bytes", "children_total", "_accept_bits", "_children",
+                 "_lock")
 
-    def __init__(self, mask, tokens, accept_nodes, next_bytes: int):
+    def __init__(self, mask, tokens, accept_nodes, child_bytes: np.ndarray):
         self.mask = mask
         self.tokens = tokens
         self.accept_nodes = accept_nodes
-        #: bytes that can follow an accept node inside some token (256-bit int): a lexeme starting
-        #: with none of them cannot continue this path, so its walk is skipped
-        self.next_bytes = next_bytes
+        self.child_bytes = child_bytes
+        self.children_total = int(child_bytes.sum())
+        self._accept_bits: np.ndarray | None = None
         self._children: dict = {}
         self._lock = Lock()
 
 
 class WalkCache:
-    """Root walks per (DFA, state), bounded LRU; each root owns the cache of its sub-walks.
+    """Root walks per (DFA, state), bounded; each root owns the cache of its sub-walks.
 
     Shared by every grammar one ``Compiler`` builds for a vocabulary; thread-safe.
     """
@@ -208,28 +226,43 @@ class WalkCache:
         self._roots: dict = {}
         self._lock = Lock()
         self._words = mask_words(logits_width)
-        self._first: dict = {}
+        self._live: dict = {}
+        self._edge_counts = np.diff(trie.edge_byte_start)
+        self._load_kernels()
+
+    def _load_kernels(self) -> None:
+        """Call every kernel once on a dead one-state DFA: numba loads (or compiles) machine code
+        on first call, ~0.1 s per kernel, which belongs to setup rather than to a first mask."""
+        dead = np.full(256, -1, dtype=np.int32)
+        no = np.zeros(1, dtype=bool)
+        for arr in (dead, no):  # read-only like ByteDFA tables: numba types include the flag
+            arr.setflags(write=False)
+        trie = self.trie
+        _root_walk(trie.node_parent, trie.node_byte, trie.token_node, dead, no, 0, self._words)
+        bits = _node_bitset(_ROOT, trie.n_nodes)
+        self._kernel_sub_walk(dead, no, 0, _ROOT, bits, True, 1)
+        _child_byte_counts(trie.child_start, trie.child_count, trie.node_byte, _ROOT)
+        tokens_to_words(np.zeros(0, dtype=np.int64), self._words)
+        _token_next_states(trie.node_parent, trie.node_byte, trie.token_node, dead, 0)
 
     def root(self, dfa, state: int) -> PathWalk:
+        """Walk ``dfa`` from ``state`` over the whole trie (the tokens that start a lexeme here)."""
         key = (dfa.key, state)
         hit = self._roots.get(key)
         if hit is not None:
             return hit
         trie = self.trie
-        flat = _flat(dfa)
-        live_first = dfa.table[state][trie.node_byte[1 : 1 + trie.child_count[0]]] >= 0
-        reach = int(trie.subtree_size[1 : 1 + trie.child_count[0]][live_first].sum())
-        if reach * 8 < trie.n_nodes:
+        first = slice(1, 1 + int(trie.child_count[0]))
+        reach = int(trie.subtree_size[first][self._live_bytes(dfa, state)[trie.node_byte[first]]].sum())
+        if reach * 20 < trie.n_nodes:  # a depth-first node costs ~20x a linear-pass node
             # few subtrees start with an allowed byte (keywords, punctuation): walk only those
-            tokens, accept = _sub_walk(trie.child_start, trie.child_count, trie.node_byte, trie.node_parent,
-                                       trie.edges_by_byte, trie.edge_byte_start, trie.node_tok_start,
-                                       trie.node_tok_count, trie.node_tokens, flat, dfa.accepting, state, _ROOT)
+            tokens, accept = self._sub_walk(dfa, state, _ROOT, None)
             words = tokens_to_words(tokens, self._words)
         else:
-            words, accept = _root_walk(trie.node_parent, trie.node_byte, trie.token_node, flat, dfa.accepting, state,
-                                       self._words)
+            words, accept = _root_walk(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), dfa.accepting,
+                                       state, self._words)
         words.setflags(write=False)
-        walk = PathWalk(words, None, accept, self._next_bytes(accept))
+        walk = PathWalk(words, None, accept, self._child_bytes(accept))
         with self._lock:
             if len(self._roots) >= self.capacity:
                 self._roots.clear()
@@ -242,44 +275,63 @@ class WalkCache:
         hit = walk._children.get(key)
         if hit is not None:
             return hit
-        if not walk.next_bytes & self._first_bytes(dfa, state):
-            with walk._lock:
-                walk._children[key] = _EMPTY_WALK
-            return _EMPTY_WALK
-        trie = self.trie
-        tokens, accept = _sub_walk(trie.child_start, trie.child_count, trie.node_byte, trie.node_parent,
-                                   trie.edges_by_byte, trie.edge_byte_start, trie.node_tok_start, trie.node_tok_count,
-                                   trie.node_tokens, _flat(dfa), dfa.accepting, state, walk.accept_nodes)
-        child = PathWalk(None, tokens, accept, self._next_bytes(accept))
+        live = self._live_bytes(dfa, state)
+        if not walk.child_bytes[live].any():
+            child = _EMPTY_WALK
+        else:
+            tokens, accept = self._sub_walk(dfa, state, walk.accept_nodes, walk if
+                                            int(self._edge_counts[live].sum()) < walk.children_total else None)
+            child = PathWalk(None, tokens, accept, self._child_bytes(accept))
         with walk._lock:
             walk._children[key] = child
         return child
-
-
-    def _next_bytes(self, nodes: np.ndarray) -> int:
-        if not nodes.shape[0]:
-            return 0
-        trie = self.trie
-        words = _next_bytes(trie.child_start, trie.child_count, trie.node_byte, nodes)
-        return int(words[0]) | int(words[1]) << 64 | int(words[2]) << 128 | int(words[3]) << 192
-
-    def _first_bytes(self, dfa, state: int) -> int:
-        key = (dfa.key, state)
-        bits = self._first.get(key)
-        if bits is None:
-            live = np.flatnonzero(dfa.table[state] >= 0)
-            bits = sum(1 << int(b) for b in live)
-            self._first[key] = bits
-        return bits
 
     def token_next_states(self, dfa, state: int) -> np.ndarray:
         """Per token, the state its bytes reach from ``state`` (-1: not allowed). Not cached here."""
         trie = self.trie
         return _token_next_states(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), state)
 
+    # --- internals ---------------------------------------------------------------------------
+
+    def _live_bytes(self, dfa, state: int) -> np.ndarray:
+        """bool[256]: the bytes a lexeme can start with from ``state``."""
+        key = (dfa.key, state)
+        live = self._live.get(key)
+        if live is None:
+            live = dfa.table[state] >= 0
+            self._live[key] = live
+        return live
+
+    def _child_bytes(self, nodes: np.ndarray) -> np.ndarray:
+        trie = self.trie
+        return _child_byte_counts(trie.child_start, trie.child_count, trie.node_byte, nodes)
+
+    def _sub_walk(self, dfa, state: int, parents: np.ndarray, by_edges: PathWalk | None):
+        """Run the sub-walk kernel; ``by_edges`` (the parents' walk) selects the edge scan."""
+        if by_edges is not None:
+            if by_edges._accept_bits is None:
+                by_edges._accept_bits = _node_bitset(parents, self.trie.n_nodes)
+            bits = by_edges._accept_bits
+        else:
+            bits = _NO_BITS
+        capacity = self.trie.n_nodes + 1
+        while True:
+            tokens, accept, complete = self._kernel_sub_walk(_flat(dfa), dfa.accepting, state, parents, bits,
+                                                             by_edges is not None, capacity)
+            if complete:
+                return tokens, accept
+            capacity *= 4
+
+    def _kernel_sub_walk(self, flat, accepting, state, parents, bits, use_edges, capacity):
+        trie = self.trie
+        return _sub_walk(trie.child_start, trie.child_count, trie.node_byte, trie.node_parent, trie.edges_by_byte,
+                         trie.edge_byte_start, trie.node_tok_start, trie.node_tok_count, trie.node_tokens, flat,
+                         accepting, state, parents, bits, use_edges, capacity)
+
 
 _ROOT = np.zeros(1, dtype=np.int64)
-_EMPTY_WALK = PathWalk(None, np.empty(0, np.int64), np.empty(0, np.int64), 0)
+_NO_BITS = np.zeros(1, dtype=np.uint64)
+_EMPTY_WALK = PathWalk(None, np.empty(0, np.int64), np.empty(0, np.int64), np.zeros(256, np.int64))
 
 
 def _flat(dfa) -> np.ndarray:
