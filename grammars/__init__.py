@@ -14,7 +14,15 @@ Pure Python + numpy (+ numba for the trie walks); no torch in this package.
 """
 
 from grammars.bitmask import allocate_token_bitmask
-from grammars.compile import CompiledGrammar, Compiler, compile_gbnf, compile_grammar, compile_lark, compile_regex
+from grammars.compile import (
+    CompiledGrammar,
+    Compiler,
+    compile_gbnf,
+    compile_grammar,
+    compile_json_schema,
+    compile_lark,
+    compile_regex,
+)
 from grammars.errors import (
     ConstraintError,
     EmptyLanguageError,
@@ -42,6 +50,7 @@ __all__ = [
     "compile_lark",
     "compile_gbnf",
     "compile_grammar",
+    "compile_json_schema",
     "Compiler",
     "CompiledGrammar",
     "Matcher",

@@ -8,6 +8,7 @@ number terminals of many schemas are walked once.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from threading import Lock
 
@@ -25,7 +26,15 @@ from grammars.token_walk import WalkCache
 from grammars.token_dfa import TokenDFA
 from grammars.trie import TokenTrie
 
-__all__ = ["Compiler", "CompiledGrammar", "compile_regex", "compile_gbnf", "compile_lark", "compile_grammar"]
+__all__ = [
+    "Compiler",
+    "CompiledGrammar",
+    "compile_regex",
+    "compile_gbnf",
+    "compile_lark",
+    "compile_grammar",
+    "compile_json_schema",
+]
 
 
 class CompiledGrammar:
@@ -124,6 +133,19 @@ class Compiler:
     def compile_lark(self, text: str, *, start: str = "start") -> CompiledGrammar:
         return self._cached(("lark", text, start), lambda: parse_lark(text, start=start))
 
+    def compile_json_schema(self, schema, **options) -> CompiledGrammar:
+        """A JSON Schema (dict, JSON text or Pydantic model class); options as ``JsonSchemaOptions``.
+
+        Raises ``UnsupportedSchemaError`` (keyword and JSON pointer) for anything it cannot
+        enforce exactly, unless ``lenient=True``.
+        """
+        from grammars.frontends.json_schema import JsonSchemaOptions, load_schema, parse_json_schema
+
+        opts = JsonSchemaOptions(**options)
+        document = load_schema(schema)
+        canonical = json.dumps(document, sort_keys=True, ensure_ascii=False, default=repr)
+        return self._cached(("json_schema", canonical, opts), lambda: parse_json_schema(document, opts))
+
     def _cached(self, source_key: tuple, parse) -> CompiledGrammar:
         key = source_key + (self.limits,)
         hit = self._cache.get(key)
@@ -184,3 +206,8 @@ def compile_gbnf(text: str, vocab, *, compiler: Compiler | None = None) -> Compi
 def compile_lark(text: str, vocab, *, start: str = "start", compiler: Compiler | None = None) -> CompiledGrammar:
     """Compile a Lark EBNF grammar (character-level semantics, see ``parse_lark``) for ``vocab``."""
     return (compiler or Compiler(vocab)).compile_lark(text, start=start)
+
+
+def compile_json_schema(schema, vocab, *, compiler: Compiler | None = None, **options) -> CompiledGrammar:
+    """Compile a JSON Schema for ``vocab``; see ``Compiler.compile_json_schema``."""
+    return (compiler or Compiler(vocab)).compile_json_schema(schema, **options)

@@ -1,9 +1,19 @@
-"""corral.samplers — HOW TO DRAW: token samplers driven by a grammar ``Matcher``.
+"""corral.samplers — HOW TO DRAW: token samplers over logits and a grammar Matcher.
 
-Planned: ``masked`` (the grammar-constrained decoding baseline), ``asap`` (grammar-aligned
-sampling), ``awrs`` and ``smc`` (adaptive weighted rejection sampling with particles),
-``dingo`` (regex-constrained blocks for diffusion LMs) and ``infill`` (CFG-constrained infilling).
-Imports ``grammars`` only; the public names are added to ``__all__`` as they land.
+The decoding loop (``engine``) calls ``sampler.start(key)`` per sequence, then ``run.draw(logits,
+matcher, generator)`` per step; see ``samplers.base`` for the contract.
 """
 
-__all__: list[str] = []
+from samplers.base import Draw, NoAllowedToken, SamplingParams, SamplingRun, TokenSampler
+from samplers.kernels import apply_token_bitmask_inplace
+from samplers.masked import MaskedSampler
+
+__all__ = [
+    "SamplingParams",
+    "Draw",
+    "SamplingRun",
+    "TokenSampler",
+    "NoAllowedToken",
+    "MaskedSampler",
+    "apply_token_bitmask_inplace",
+]

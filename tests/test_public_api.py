@@ -23,6 +23,7 @@ EXPECTED: dict[str, frozenset[str]] = {
             "compile_lark",
             "compile_gbnf",
             "compile_grammar",
+            "compile_json_schema",
             "Compiler",
             "CompiledGrammar",
             "Matcher",
@@ -45,7 +46,17 @@ EXPECTED: dict[str, frozenset[str]] = {
             "RollbackError",
         }
     ),
-    "samplers": frozenset(),
+    "samplers": frozenset(
+        {
+            "SamplingParams",
+            "Draw",
+            "SamplingRun",
+            "TokenSampler",
+            "NoAllowedToken",
+            "MaskedSampler",
+            "apply_token_bitmask_inplace",
+        }
+    ),
     "engine": frozenset(),
     "jsonschemabench": frozenset(),
 }

@@ -1,0 +1,74 @@
+"""The contract between decoding loops (``engine``) and token samplers.
+
+A ``TokenSampler`` is long-lived (it may learn across draws, like ASAp); for each generated
+sequence the loop calls ``start(key)`` and gets a ``SamplingRun``, then per step
+``run.draw(logits, matcher, generator)`` and finally ``run.finish(...)``. The loop owns the
+matcher: ``draw`` may read it (``fill_mask``, ``allows``, ``fork``) but never advances it.
+
+Errors: ``draw`` raises ``NoAllowedToken`` when the grammar allows nothing (a terminated
+matcher) — a misuse by the loop, which must stop at EOS. Samplers are not thread-safe; use one
+per thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable, Protocol, runtime_checkable
+
+import torch
+
+__all__ = ["SamplingParams", "Draw", "SamplingRun", "TokenSampler", "NoAllowedToken"]
+
+
+class NoAllowedToken(RuntimeError):
+    """The matcher allows no token (it is terminated); the decoding loop should have stopped."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Logit processing applied before masking-aware sampling, in this order: temperature, top-k,
+    top-p (nucleus, over the *allowed* tokens). ``temperature=0`` means greedy."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One sampled token, the log importance weight it contributes (0 for samplers that are exact
+    for their target), and how many single-token grammar checks it cost."""
+
+    token: int
+    log_weight: float = 0.0
+    checks: int = 0
+
+
+@runtime_checkable
+class SamplingRun(Protocol):
+    """Sampling state for one sequence (created by ``TokenSampler.start``)."""
+
+    def draw(self, logits: torch.Tensor, matcher, generator: torch.Generator | None) -> Draw:
+        """Pick the next token from 1-D ``logits`` (width = logits width) given ``matcher``'s state."""
+        ...
+
+    def finish(self, tokens: list[int], completed: bool) -> None:
+        """The sequence ended: ``completed`` means it reached an accepting state (EOS)."""
+        ...
+
+
+@runtime_checkable
+class TokenSampler(Protocol):
+    """A sampler: ``MaskedSampler``, ``ASAp``, ``AWRS`` — anything with ``start(key) -> SamplingRun``."""
+
+    def start(self, key: Hashable) -> SamplingRun:
+        """A run for one sequence; ``key`` identifies (prompt, grammar) for samplers that learn."""
+        ...
