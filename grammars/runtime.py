@@ -132,7 +132,7 @@ class GrammarRuntime:
         if hit is not None and hit[0] is stack:
             return hit[1]
         out: set = set()
-        for nxt in self.parser.transitions(stack).shifts.get(terminal, ()):
+        for nxt in self.parser.shift(stack, terminal):
             out |= self._fresh(nxt)
         result = frozenset(out)
         if len(self._complete_memo) > self.limits.max_cache_entries:

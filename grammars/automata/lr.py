@@ -45,6 +45,7 @@ class LR0Automaton:
         self._kernels: dict[frozenset, int] = {}
         self._states: list[LRState] = []
         self._goto: dict[tuple[int, int], int] = {}
+        self._terminal_targets: dict[int, tuple[tuple[int, int], ...]] = {}
         self._lock = threading.Lock()
         self.initial = self._intern(frozenset({(self.augmented, 0)}))
 
@@ -101,6 +102,16 @@ class LR0Automaton:
     def state(self, idx: int) -> LRState:
         return self._states[idx]
 
+    def terminal_targets(self, state: int) -> tuple[tuple[int, int], ...]:
+        """(terminal index, goto state) for every terminal ``state`` can shift, cached per state."""
+        cached = self._terminal_targets.get(state)
+        if cached is None:
+            cached = tuple(
+                (terminal_index(sym), self.goto(state, sym)) for sym in self._states[state].shifts if is_terminal(sym)
+            )
+            self._terminal_targets[state] = cached
+        return cached
+
     def goto(self, state: int, symbol: int) -> int:
         key = (state, symbol)
         target = self._goto.get(key)
@@ -120,13 +131,14 @@ class StackNode:
     Identity is equality: the parser interns nodes, so two equal stacks are one object.
     """
 
-    __slots__ = ("state", "parent", "depth", "transitions", "__weakref__")
+    __slots__ = ("state", "parent", "depth", "transitions", "shifted", "__weakref__")
 
     def __init__(self, state: int, parent: "StackNode | None"):
         self.state = state
         self.parent = parent
         self.depth = 0 if parent is None else parent.depth + 1
         self.transitions: Transitions | None = None
+        self.shifted: dict[int, tuple[StackNode, ...]] | None = None
 
     def __repr__(self) -> str:
         states = []
@@ -139,14 +151,19 @@ class StackNode:
 
 @dataclass(frozen=True)
 class Transitions:
-    """What a stack can do next: per terminal, the stacks after shifting it; and whether it accepts."""
+    """What a stack can do next: the terminals it can shift and whether it accepts.
 
-    shifts: dict = field(default_factory=dict)  # terminal index -> tuple[StackNode, ...]
+    ``shifts`` maps a terminal to the (reduced stack, goto state) pairs that shifting it pushes;
+    the pushed stacks are built only when asked (``Parser.shift``), since most terminals a stack
+    could take are never completed.
+    """
+
+    shifts: dict = field(default_factory=dict)  # terminal index -> tuple[(StackNode, state), ...]
     accepts: bool = False
 
 
 class Parser:
-    """Shared by all matchers of one compiled grammar; thread-safe (interning under a lock)."""
+    """Shared by all matchers of one compiled grammar; thread-safe (dict operations are atomic)."""
 
     def __init__(self, cfg: TerminalCFG, limits: Limits):
         self.cfg = cfg
@@ -154,7 +171,7 @@ class Parser:
         self.empty_language_but_epsilon = cfg.start < 0
         self.lr = None if self.empty_language_but_epsilon else LR0Automaton(cfg)
         self._nodes: dict[tuple[int, int], StackNode] = {}
-        self._lock = threading.Lock()
+        self._rhs_len = [len(r) for r in self.lr.rhs] if self.lr else []
         self.root = StackNode(self.lr.initial if self.lr else 0, None)
 
     def push(self, parent: StackNode, state: int) -> StackNode:
@@ -162,14 +179,24 @@ class Parser:
         node = self._nodes.get(key)
         if node is not None and node.parent is parent:
             return node
-        with self._lock:
-            node = self._nodes.get(key)
-            if node is None or node.parent is not parent:
-                if len(self._nodes) >= self.limits.max_cache_entries:
-                    self._nodes.clear()  # identities of old nodes stay valid; only sharing is lost
-                node = StackNode(state, parent)
-                self._nodes[key] = node
-            return node
+        if len(self._nodes) >= self.limits.max_cache_entries:
+            self._nodes.clear()  # identities of old nodes stay valid; only sharing is lost
+        node = self._nodes.setdefault(key, StackNode(state, parent))  # atomic under the GIL
+        if node.parent is not parent:  # a stale entry whose parent id was reused
+            node = StackNode(state, parent)
+            self._nodes[key] = node
+        return node
+
+    def shift(self, stack: StackNode, terminal: int) -> tuple[StackNode, ...]:
+        """The stacks after ``stack`` shifts ``terminal`` (empty if it cannot), memoised on the node."""
+        shifted = stack.shifted
+        if shifted is None:
+            shifted = stack.shifted = {}
+        hit = shifted.get(terminal)
+        if hit is None:
+            hit = tuple(self.push(base, state) for base, state in self.transitions(stack).shifts.get(terminal, ()))
+            shifted[terminal] = hit
+        return hit
 
     def transitions(self, stack: StackNode) -> Transitions:
         """All terminals ``stack`` can shift after any sequence of reductions (memoised on the node)."""
@@ -181,7 +208,9 @@ class Parser:
             stack.transitions = result
             return result
         lr = self.lr
-        shifts: dict[int, list[StackNode]] = {}
+        rhs_len = self._rhs_len
+        lhs = lr.lhs
+        shifts: dict[int, list[tuple[StackNode, int]]] = {}
         accepts = False
         seen = {id(stack)}
         work = [stack]
@@ -190,17 +219,16 @@ class Parser:
             st = lr.state(node.state)
             if st.accepts:
                 accepts = True
-            for symbol in st.shifts:
-                if is_terminal(symbol):
-                    target = self.push(node, lr.goto(node.state, symbol))
-                    bucket = shifts.setdefault(terminal_index(symbol), [])
-                    if target not in bucket:
-                        bucket.append(target)
+            for terminal, target in lr.terminal_targets(node.state):
+                bucket = shifts.setdefault(terminal, [])
+                pair = (node, target)
+                if pair not in bucket:
+                    bucket.append(pair)
             for p in st.reductions:
                 base = node
-                for _ in range(len(lr.rhs[p])):
+                for _ in range(rhs_len[p]):
                     base = base.parent
-                reduced = self.push(base, lr.goto(base.state, lr.lhs[p]))
+                reduced = self.push(base, lr.goto(base.state, lhs[p]))
                 if id(reduced) not in seen:
                     seen.add(id(reduced))
                     work.append(reduced)
