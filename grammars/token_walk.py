@@ -199,14 +199,16 @@ class PathWalk:
     whose first bytes have no such edge cannot continue this path, and the sum sizes the scan.
     """
 
-    __slots__ = ("mask", "tokens", "accept_nodes", "child_bytes", "children_total", "_accept_bits", "_children",
-                 "_lock")
+    __slots__ = ("mask", "tokens", "accept_nodes", "child_bytes", "child_byte_set", "children_total", "_accept_bits",
+                 "_children", "_lock")
 
     def __init__(self, mask, tokens, accept_nodes, child_bytes: np.ndarray):
         self.mask = mask
         self.tokens = tokens
         self.accept_nodes = accept_nodes
         self.child_bytes = child_bytes
+        #: the bytes with a non-zero count, as a 256-bit int: the hot "can anything follow" test
+        self.child_byte_set = _bit_set(child_bytes > 0)
         self.children_total = int(child_bytes.sum())
         self._accept_bits: np.ndarray | None = None
         self._children: dict = {}
@@ -253,7 +255,7 @@ class WalkCache:
             return hit
         trie = self.trie
         first = slice(1, 1 + int(trie.child_count[0]))
-        reach = int(trie.subtree_size[first][self._live_bytes(dfa, state)[trie.node_byte[first]]].sum())
+        reach = int(trie.subtree_size[first][self._live_bytes(dfa, state)[0][trie.node_byte[first]]].sum())
         if reach * 20 < trie.n_nodes:  # a depth-first node costs ~20x a linear-pass node
             # few subtrees start with an allowed byte (keywords, punctuation): walk only those
             tokens, accept = self._sub_walk(dfa, state, _ROOT, None)
@@ -275,8 +277,8 @@ class WalkCache:
         hit = walk._children.get(key)
         if hit is not None:
             return hit
-        live = self._live_bytes(dfa, state)
-        if not walk.child_bytes[live].any():
+        live, live_set = self._live_bytes(dfa, state)
+        if not walk.child_byte_set & live_set:
             child = _EMPTY_WALK
         else:
             tokens, accept = self._sub_walk(dfa, state, walk.accept_nodes, walk if
@@ -293,12 +295,13 @@ class WalkCache:
 
     # --- internals ---------------------------------------------------------------------------
 
-    def _live_bytes(self, dfa, state: int) -> np.ndarray:
-        """bool[256]: the bytes a lexeme can start with from ``state``."""
+    def _live_bytes(self, dfa, state: int) -> tuple[np.ndarray, int]:
+        """The bytes a lexeme can start with from ``state``: as bool[256] and as a 256-bit int."""
         key = (dfa.key, state)
         live = self._live.get(key)
         if live is None:
-            live = dfa.table[state] >= 0
+            flags = dfa.table[state] >= 0
+            live = (flags, _bit_set(flags))
             self._live[key] = live
         return live
 
@@ -327,6 +330,11 @@ class WalkCache:
         return _sub_walk(trie.child_start, trie.child_count, trie.node_byte, trie.node_parent, trie.edges_by_byte,
                          trie.edge_byte_start, trie.node_tok_start, trie.node_tok_count, trie.node_tokens, flat,
                          accepting, state, parents, bits, use_edges, capacity)
+
+
+def _bit_set(flags: np.ndarray) -> int:
+    """bool[256] -> int with bit b set where flags[b]."""
+    return int.from_bytes(np.packbits(flags, bitorder="little").tobytes(), "little")
 
 
 _ROOT = np.zeros(1, dtype=np.int64)
