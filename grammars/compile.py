@@ -104,13 +104,13 @@ class Compiler:
     throwaway one when none is given.
     """
 
-    def __init__(self, vocab, *, limits: Limits | None = None, cache_size: int = 64, walk_cache_size: int = 2048):
+    def __init__(self, vocab, *, limits: Limits | None = None, cache_size: int = 64, walk_cache_bytes: int = 256 << 20):
         self.vocab = vocab
         self.limits = limits or Limits()
         index = _vocab_index(vocab)
         self._trie = index.trie
         self._text_token = index.text_token
-        self._walks = WalkCache(self._trie, vocab.logits_width, walk_cache_size)
+        self._walks = WalkCache(self._trie, vocab.logits_width, walk_cache_bytes)
         self._cache = BoundedCache(cache_size)
         self._dfa_cache = BoundedCache(4096)
 

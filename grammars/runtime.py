@@ -101,8 +101,8 @@ class GrammarRuntime:
         self._complete_memo: dict[tuple[int, int], tuple[StackNode, MatchState]] = {}
         self._fresh_memo: dict[int, tuple[StackNode, MatchState]] = {}
         self._consume_memo = BoundedCache(cap)
-        self._mask_memo = BoundedCache(min(cap, 20_000))
-        self._boundary_memo = BoundedCache(min(cap, 20_000))
+        self._mask_memo = BoundedCache(min(cap, 4096))  # 16 KB a mask at 128k tokens
+        self._boundary_memo = BoundedCache(min(cap, 4096))
         root_configs = set(self._fresh(self.parser.root))
         if cfg.start_nullable:
             root_configs.add(ACCEPT)

@@ -216,15 +216,18 @@ class PathWalk:
 
 
 class WalkCache:
-    """Root walks per (DFA, state), bounded; each root owns the cache of its sub-walks.
+    """Root walks per (DFA, state); each root owns the cache of its sub-walks.
 
-    Shared by every grammar one ``Compiler`` builds for a vocabulary; thread-safe.
+    Bounded by the bytes of the arrays it holds (a broad terminal's accept nodes alone can take
+    ~1 MB): past ``max_bytes`` everything is dropped and rebuilt on demand. Shared by every
+    grammar one ``Compiler`` builds for a vocabulary; thread-safe.
     """
 
-    def __init__(self, trie: TokenTrie, logits_width: int, capacity: int = 2048):
+    def __init__(self, trie: TokenTrie, logits_width: int, max_bytes: int = 256 << 20):
         self.trie = trie
         self.logits_width = logits_width
-        self.capacity = capacity
+        self.max_bytes = max_bytes
+        self._held_bytes = 0
         self._roots: dict = {}
         self._lock = Lock()
         self._words = mask_words(logits_width)
@@ -266,8 +269,7 @@ class WalkCache:
         words.setflags(write=False)
         walk = PathWalk(words, None, accept, self._child_bytes(accept))
         with self._lock:
-            if len(self._roots) >= self.capacity:
-                self._roots.clear()
+            self._account(walk)
             self._roots[key] = walk
         return walk
 
@@ -284,6 +286,8 @@ class WalkCache:
             tokens, accept = self._sub_walk(dfa, state, walk.accept_nodes, walk if
                                             int(self._edge_counts[live].sum()) < walk.children_total else None)
             child = PathWalk(None, tokens, accept, self._child_bytes(accept))
+            with self._lock:
+                self._account(child)
         with walk._lock:
             walk._children[key] = child
         return child
@@ -294,6 +298,14 @@ class WalkCache:
         return _token_next_states(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), state)
 
     # --- internals ---------------------------------------------------------------------------
+
+    def _account(self, walk: PathWalk) -> None:
+        """Count ``walk``'s arrays; drop every cached walk once over budget (caller holds the lock)."""
+        size = walk.accept_nodes.nbytes + (walk.mask.nbytes if walk.mask is not None else walk.tokens.nbytes)
+        if self._held_bytes + size > self.max_bytes:
+            self._roots = {}
+            self._held_bytes = 0
+        self._held_bytes += size
 
     def _live_bytes(self, dfa, state: int) -> tuple[np.ndarray, int]:
         """The bytes a lexeme can start with from ``state``: as bool[256] and as a 256-bit int."""
@@ -314,6 +326,8 @@ class WalkCache:
         if by_edges is not None:
             if by_edges._accept_bits is None:
                 by_edges._accept_bits = _node_bitset(parents, self.trie.n_nodes)
+                with self._lock:
+                    self._held_bytes += by_edges._accept_bits.nbytes
             bits = by_edges._accept_bits
         else:
             bits = _NO_BITS
