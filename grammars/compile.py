@@ -24,6 +24,7 @@ from grammars.matcher import Matcher
 from grammars.runtime import BoundedCache, GrammarRuntime
 from grammars.token_walk import WalkCache
 from grammars.token_dfa import TokenDFA
+from grammars.tokenizer_cache import default_cache_root
 from grammars.trie import TokenTrie
 
 __all__ = [
@@ -183,7 +184,9 @@ def _vocab_index(vocab) -> _VocabIndex:
     special = set(vocab.special_token_ids) | set(vocab.eos_token_ids)
     text_token = np.array([bool(b) and i not in special for i, b in enumerate(vocab.token_bytes)], dtype=bool)
     text_token.setflags(write=False)
-    index = _VocabIndex(TokenTrie.build(vocab.token_bytes, text_token), text_token)
+    # small vocabularies (tests) build in milliseconds; big ones are worth a cache file
+    path = default_cache_root() / "tries" / f"{vocab.fingerprint}.npz" if len(vocab) > 4096 else None
+    index = _VocabIndex(TokenTrie.cached(vocab.token_bytes, text_token, path), text_token)
     vocab.__dict__["_corral_index"] = index  # derived data of an immutable object
     return index
 

@@ -8,7 +8,10 @@ token (DESIGN.md §3).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import tempfile
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -37,6 +40,40 @@ class TokenTrie:
     edges_by_byte: np.ndarray  # int64[n_nodes - 1]: every non-root node, sorted by (byte, id) ...
     edge_byte_start: np.ndarray  # int64[257]: ... nodes entered by byte b are edges_by_byte[start[b]:start[b+1]]
     subtree_size: np.ndarray  # int64[n_nodes]: nodes in the subtree rooted at each node (itself included)
+
+    #: bump when the layout changes, so stale cache files are rebuilt instead of misread
+    FORMAT = 2
+
+    @classmethod
+    def cached(cls, token_bytes: Sequence[bytes], text_token: np.ndarray, path: Path | None) -> "TokenTrie":
+        """``build``, reusing an ``.npz`` at ``path`` (written atomically) when given.
+
+        The caller keys ``path`` by the vocabulary fingerprint; a damaged or stale file is rebuilt.
+        """
+        if path is not None and path.exists():
+            try:
+                with np.load(path) as data:
+                    if int(data["format"]) == cls.FORMAT:
+                        arrays = {f.name: data[f.name] for f in fields(cls)}
+                        for arr in arrays.values():
+                            arr.setflags(write=False)
+                        return cls(**arrays)
+            except (OSError, KeyError, ValueError):
+                pass
+        trie = cls.build(token_bytes, text_token)
+        if path is not None:
+            trie._save(path)
+        return trie
+
+    def _save(self, path: Path) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp.npz")
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, format=np.int64(self.FORMAT), **{fl.name: getattr(self, fl.name) for fl in fields(self)})
+            os.replace(tmp, path)
+        except OSError:  # a read-only cache location only costs the rebuild next time
+            pass
 
     @property
     def n_nodes(self) -> int:
