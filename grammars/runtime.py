@@ -102,6 +102,7 @@ class GrammarRuntime:
         self._fresh_memo: dict[int, tuple[StackNode, MatchState]] = {}
         self._consume_memo = BoundedCache(cap)
         self._mask_memo = BoundedCache(min(cap, 4096))  # 16 KB a mask at 128k tokens
+        self._projected_memo = BoundedCache(min(cap, 4096))
         self._boundary_memo = BoundedCache(min(cap, 4096))
         root_configs = set(self._fresh(self.parser.root))
         if cfg.start_nullable:
@@ -178,19 +179,38 @@ class GrammarRuntime:
     # --- masks -----------------------------------------------------------------------------
 
     def mask(self, state: MatchState) -> np.ndarray:
-        """Packed allowed-token words for ``state`` (read-only; EOS included when accepting)."""
+        """Packed allowed-token words for ``state`` (read-only; EOS included when accepting).
+
+        Memoised twice: by the state itself, and by its *walk projection* — DFA states replaced by
+        their walk classes (``WalkCache.walk_class``), which the mask depends on only. The second
+        memo makes position 10 and position 40 of a ``maxLength: 1000`` string one entry.
+        """
         hit = self._mask_memo.get(state)
         if hit is not None:
             return hit
-        groups: dict[tuple[int, int], list[StackNode]] = {}
+        groups: dict[tuple[int, int], tuple[int, list[StackNode]]] = {}  # (t, class) -> (a state, stacks)
         accepting = False
         for stack, t, s in state:
             if stack is None:
                 accepting = True
                 continue
-            groups.setdefault((t, s), []).append(stack)
+            cls = int(self._walks.walk_class(self.dfas[t])[s])
+            group = groups.get((t, cls))
+            if group is None:
+                groups[(t, cls)] = (s, [stack])
+            else:
+                group[1].append(stack)
+        projection = (accepting, frozenset((t, cls, stack) for (t, cls), (_, stacks) in groups.items() for stack in stacks))
+        result = self._projected_memo.get(projection)
+        if result is None:
+            result = self._compute_mask(groups, accepting)
+            self._projected_memo.put(projection, result)
+        self._mask_memo.put(state, result)
+        return result
+
+    def _compute_mask(self, groups: dict, accepting: bool) -> np.ndarray:
         parts: list[np.ndarray] = []
-        for (t, s), stacks in groups.items():
+        for (t, cls), (s, stacks) in groups.items():
             inside = self._walks.root(self.dfas[t], s)
             parts.append(inside.mask)
             if inside.children_total:
@@ -200,22 +220,23 @@ class GrammarRuntime:
                     if id(succ) in seen or not succ:
                         continue
                     seen.add(id(succ))
-                    parts.append(self._boundary(t, s, succ, inside))
+                    parts.append(self._boundary(t, cls, succ, inside))
         if accepting:
             parts.append(self.eos_mask)
         if not parts:
-            result = self.zero_mask
-        elif len(parts) == 1:
-            result = parts[0]
-        else:
-            result = np.bitwise_or.reduce(np.stack(parts), axis=0)
-            result.setflags(write=False)
-        self._mask_memo.put(state, result)
+            return self.zero_mask
+        if len(parts) == 1:
+            return parts[0]
+        result = np.bitwise_or.reduce(np.stack(parts), axis=0)
+        result.setflags(write=False)
         return result
 
-    def _boundary(self, terminal: int, state: int, succ: MatchState, inside: PathWalk) -> np.ndarray:
-        """Tokens that finish ``terminal`` inside themselves and go on validly from ``succ``."""
-        key = (terminal, state, succ)
+    def _boundary(self, terminal: int, walk_class: int, succ: MatchState, inside: PathWalk) -> np.ndarray:
+        """Tokens that finish ``terminal`` inside themselves and go on validly from ``succ``.
+
+        A function of the root walk (so of the state's walk class) and the successor configurations.
+        """
+        key = (terminal, walk_class, succ)
         hit = self._boundary_memo.get(key)
         if hit is not None:
             return hit

@@ -25,7 +25,7 @@ from numba import njit
 from grammars.bitmask import mask_words
 from grammars.trie import TokenTrie
 
-__all__ = ["PathWalk", "WalkCache", "tokens_to_words"]
+__all__ = ["PathWalk", "WalkCache", "tokens_to_words", "bounded_equivalence"]
 
 
 @njit(cache=True, nogil=True)
@@ -191,6 +191,32 @@ def tokens_to_words(tokens, n_words):  # pragma: no cover - jitted
     return words.view(np.int32)
 
 
+def bounded_equivalence(table: np.ndarray, accepting: np.ndarray, rounds: int) -> np.ndarray:
+    """Class ids of DFA states that agree on every string of at most ``rounds`` bytes.
+
+    Moore's partition refinement stopped after ``rounds`` steps: after round r, two states share a
+    class iff for each string w with |w| <= r, both die on w or neither does, and both accept
+    after w or neither does. A trie walk sees strings no longer than the longest token, so states
+    equal up to that length give identical walks — the thousand states of ``maxLength: 1000``
+    collapse to about one per remaining count below the longest token.
+    """
+    n = table.shape[0]
+    columns = np.unique(table.T, axis=0).T  # one column per byte class
+    classes = accepting.astype(np.int64)
+    count = len(np.unique(classes))
+    for _ in range(rounds):
+        successors = np.where(columns >= 0, classes[np.maximum(columns, 0)], -1)
+        signature = np.concatenate([classes[:, None], successors], axis=1)
+        _, classes = np.unique(signature, axis=0, return_inverse=True)
+        classes = classes.reshape(n).astype(np.int64)
+        new_count = int(classes.max()) + 1
+        if new_count == count:
+            break
+        count = new_count
+    classes.setflags(write=False)
+    return classes
+
+
 class PathWalk:
     """The result of walking one lexical path: tokens reachable and where the last lexeme may end.
 
@@ -232,6 +258,8 @@ class WalkCache:
         self._lock = Lock()
         self._words = mask_words(logits_width)
         self._live: dict = {}
+        self._classes: dict = {}
+        self._horizon = int(trie.node_depth.max())  # the longest token, in bytes
         self._edge_counts = np.diff(trie.edge_byte_start)
         self._load_kernels()
 
@@ -250,9 +278,20 @@ class WalkCache:
         tokens_to_words(np.zeros(0, dtype=np.int64), self._words)
         _token_next_states(trie.node_parent, trie.node_byte, trie.token_node, dead, 0)
 
+    def walk_class(self, dfa) -> np.ndarray:
+        """Per DFA state, a class id such that states of one class give identical walks."""
+        classes = self._classes.get(dfa.key)
+        if classes is None:
+            if dfa.n_states <= self._horizon:  # short DFAs: refinement cannot merge much
+                classes = np.arange(dfa.n_states, dtype=np.int64)
+            else:
+                classes = bounded_equivalence(dfa.table, dfa.accepting, self._horizon)
+            self._classes[dfa.key] = classes
+        return classes
+
     def root(self, dfa, state: int) -> PathWalk:
         """Walk ``dfa`` from ``state`` over the whole trie (the tokens that start a lexeme here)."""
-        key = (dfa.key, state)
+        key = (dfa.key, int(self.walk_class(dfa)[state]))
         hit = self._roots.get(key)
         if hit is not None:
             return hit
@@ -275,7 +314,7 @@ class WalkCache:
 
     def extend(self, walk: PathWalk, dfa, state: int) -> PathWalk:
         """Walk ``dfa`` from ``state`` below the places where ``walk``'s last lexeme may end."""
-        key = (dfa.key, state)
+        key = (dfa.key, int(self.walk_class(dfa)[state]))
         hit = walk._children.get(key)
         if hit is not None:
             return hit

@@ -1,0 +1,114 @@
+"""Trie walks (numba kernels, path cache, walk classes) against brute force over every token."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grammars.automata.byte_dfa import compile_regular
+from grammars.bitmask import unpack_bits
+from grammars.frontends import parse_regex
+from grammars.token_walk import WalkCache, bounded_equivalence
+from grammars.trie import TokenTrie
+
+PATTERNS = [r"[a-c]{0,9}d", r"(ab|a)*c?", r"[^d]*d[a-d]{2}", r"a{3,7}b*", r"(ac|b)+d?(c|dd)*"]
+ALPHABET = b"abcd"
+
+
+@pytest.fixture(scope="module")
+def pieces() -> list[bytes]:
+    """Every string over a,b,c,d of length 1..3 plus a few longer ones, and one special token."""
+    out = [bytes(p) for n in (1, 2, 3) for p in itertools.product(ALPHABET, repeat=n)]
+    out += [b"abcdab", b"aaaaaa", b"dddddd", b"abab"]
+    return out + [b""]
+
+
+@pytest.fixture(scope="module")
+def walks(pieces):
+    text = np.array([bool(p) for p in pieces])
+    return WalkCache(TokenTrie.build(pieces, text), len(pieces) + 7)
+
+
+def _alive(dfa, data: bytes, state: int) -> bool:
+    return dfa.run(data, state) >= 0
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_root_walk_matches_brute_force(walks, pieces, pattern):
+    dfa = compile_regular(parse_regex(pattern))
+    for state in range(dfa.n_states):
+        walk = walks.root(dfa, state)
+        allowed = unpack_bits(walk.mask, walks.logits_width)
+        expected = [bool(p) and _alive(dfa, p, state) for p in pieces]
+        assert allowed[: len(pieces)].tolist() == expected
+        assert not allowed[len(pieces) :].any()
+        accept_prefixes = {_node_bytes(walks.trie, n) for n in walk.accept_nodes.tolist()}
+        for p in pieces:
+            for k in range(1, len(p) + 1):
+                run = dfa.run(p[:k], state)
+                assert (run >= 0 and dfa.is_accepting(run)) == (p[:k] in accept_prefixes)
+
+
+@pytest.mark.parametrize("first,second", [(r"a+", r"b[a-d]?"), (r"(ab)+", r"c*d"), (r"[a-d]", r"[a-d]{2}")])
+def test_sub_walk_matches_brute_force(walks, pieces, first, second):
+    dfa1 = compile_regular(parse_regex(first))
+    dfa2 = compile_regular(parse_regex(second))
+    root = walks.root(dfa1, dfa1.start)
+    child = walks.extend(root, dfa2, dfa2.start)
+    got = set(child.tokens.tolist())
+    expected = set()
+    for tok, p in enumerate(pieces):
+        for k in range(1, len(p)):  # the first lexeme ends inside the token, the second continues it
+            run = dfa1.run(p[:k], dfa1.start)
+            if run >= 0 and dfa1.is_accepting(run) and _alive(dfa2, p[k:], dfa2.start):
+                expected.add(tok)
+    assert got == expected
+
+
+def _node_bytes(trie, node: int) -> bytes:
+    out = []
+    while node:
+        out.append(int(trie.node_byte[node]))
+        node = int(trie.node_parent[node])
+    return bytes(reversed(out))
+
+
+def _signature(dfa, state: int, length: int) -> tuple:
+    """(alive, accepting) of ``state`` after every string over the alphabet up to ``length``."""
+    out = []
+    for n in range(length + 1):
+        for w in itertools.product(ALPHABET, repeat=n):
+            run = dfa.run(bytes(w), state)
+            out.append((run >= 0, run >= 0 and dfa.is_accepting(run)))
+    return tuple(out)
+
+
+@settings(max_examples=25, deadline=None)
+@given(pattern=st.sampled_from(PATTERNS + [r"[a-d]{0,12}c", r"(a|b){2,6}d"]), rounds=st.integers(0, 3))
+def test_bounded_equivalence_is_exact(pattern, rounds):
+    dfa = compile_regular(parse_regex(pattern))
+    classes = bounded_equivalence(dfa.table, dfa.accepting, rounds)
+    signatures = [_signature(dfa, s, rounds) for s in range(dfa.n_states)]
+    # the brute force enumerates strings over a..d only; it sees everything when no other byte lives
+    complete = not np.any(np.delete(dfa.table, list(ALPHABET), axis=1) >= 0)
+    for a in range(dfa.n_states):
+        for b in range(dfa.n_states):
+            if classes[a] == classes[b]:
+                assert signatures[a] == signatures[b], "one class, different behaviour: walks would be wrong"
+            elif complete:
+                assert signatures[a] != signatures[b], "needlessly split class"
+
+
+def test_counter_states_share_walks(walks):
+    dfa = compile_regular(parse_regex(r"[a-c]{0,60}d"))
+    classes = walks.walk_class(dfa)
+    # tokens are at most 6 bytes: states with more than 6 counts left behave alike
+    assert len(set(classes.tolist())) <= 8
+    first = walks.root(dfa, 0)
+    assert walks.root(dfa, 10) is first
+    assert np.array_equal(walks.root(dfa, 58).mask, walks.root(dfa, 58).mask)
+    assert not np.array_equal(walks.root(dfa, 58).mask, first.mask)
