@@ -17,7 +17,7 @@ from typing import Hashable, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["SamplingParams", "Draw", "SamplingRun", "TokenSampler", "NoAllowedToken"]
+__all__ = ["SamplingParams", "Draw", "SamplingRun", "TokenSampler", "NoAllowedToken", "process_logits"]
 
 
 class NoAllowedToken(RuntimeError):
@@ -40,6 +40,34 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+
+
+def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Temperature, then top-k, then top-p on (already masked) logits; returns new logits.
+
+    ``-inf`` entries stay ``-inf``; top-k/top-p never remove the most likely allowed token, so a
+    non-empty mask stays non-empty. Temperature 0 keeps only the argmax.
+    """
+    out = logits.float()
+    if params.temperature == 0:
+        best = torch.argmax(out)
+        greedy = torch.full_like(out, float("-inf"))
+        greedy[best] = 0.0
+        return greedy
+    if params.temperature != 1.0:
+        out = out / params.temperature
+    if params.top_k and params.top_k < out.shape[-1]:
+        kth = torch.topk(out, params.top_k).values[-1]
+        out = out.masked_fill(out < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_logits, order = torch.sort(out, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        cumulative = torch.cumsum(probs, dim=-1)
+        drop_sorted = cumulative - probs >= params.top_p  # keep the smallest prefix reaching top_p
+        drop = torch.zeros_like(drop_sorted)
+        drop[order] = drop_sorted
+        out = out.masked_fill(drop, float("-inf"))
+    return out
 
 
 @dataclass(frozen=True)

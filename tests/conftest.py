@@ -6,28 +6,9 @@ without the data still runs the rest of the suite.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED_DIR = Path(os.environ.get("CORRAL_SHARED_DIR", REPO_ROOT.parent / "shared"))
-
-
-def shared_path(*parts: str) -> Path:
-    """Path under the shared data folder; skips the calling test when it is absent."""
-    path = SHARED_DIR.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"shared data not found: {path} (set CORRAL_SHARED_DIR to its location)")
-    return path
-
-
-VOCAB_NAMES = ("llama-bpe", "qwen2", "gpt-2", "llama-spm", "phi-3", "deepseek-coder", "starcoder")
-
-
-def vocab_file(name: str) -> Path:
-    return shared_path("vocab", f"ggml-vocab-{name}.gguf")
+from shared_data import SHARED_DIR, VOCAB_NAMES, shared_path, vocab_file  # noqa: F401 (re-exported)
 
 
 @pytest.fixture(scope="session")

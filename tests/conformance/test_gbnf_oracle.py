@@ -15,7 +15,7 @@ import random
 import numpy as np
 import pytest
 
-from conftest import SHARED_DIR, shared_path
+from shared_data import SHARED_DIR, shared_path
 from grammars import parse_gbnf
 from grammars.testing import allowed_tokens
 from grammars.testing_oracles import char_level_accepts

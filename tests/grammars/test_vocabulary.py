@@ -20,7 +20,7 @@ import threading
 import time
 
 import pytest
-from conftest import VOCAB_NAMES, shared_path, vocab_file
+from shared_data import VOCAB_NAMES, shared_path, vocab_file
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
