@@ -202,19 +202,26 @@ def bounded_equivalence(table: np.ndarray, accepting: np.ndarray, rounds: int) -
     """
     n = table.shape[0]
     columns = np.unique(table.T, axis=0).T  # one column per byte class
-    classes = accepting.astype(np.int64)
+    classes = accepting.astype(np.int32)
     count = len(np.unique(classes))
+    row = np.dtype((np.void, 4 * (columns.shape[1] + 1)))
     for _ in range(rounds):
         successors = np.where(columns >= 0, classes[np.maximum(columns, 0)], -1)
-        signature = np.concatenate([classes[:, None], successors], axis=1)
-        _, classes = np.unique(signature, axis=0, return_inverse=True)
-        classes = classes.reshape(n).astype(np.int64)
+        signature = np.ascontiguousarray(np.concatenate([classes[:, None], successors], axis=1), dtype=np.int32)
+        _, inverse = np.unique(signature.view(row).reshape(n), return_inverse=True)  # rows compared as bytes
+        classes = inverse.reshape(n).astype(np.int32)
         new_count = int(classes.max()) + 1
         if new_count == count:
             break
         count = new_count
+    classes = classes.astype(np.int64)
     classes.setflags(write=False)
     return classes
+
+
+#: Walk classes are computed when rounds x states x byte classes stays under this many cells
+#: (about a second); bigger DFAs key walks by exact state — correct, just less shared.
+WALK_CLASS_BUDGET = 40_000_000
 
 
 class PathWalk:
@@ -282,8 +289,10 @@ class WalkCache:
         """Per DFA state, a class id such that states of one class give identical walks."""
         classes = self._classes.get(dfa.key)
         if classes is None:
-            if dfa.n_states <= self._horizon:  # short DFAs: refinement cannot merge much
-                classes = np.arange(dfa.n_states, dtype=np.int64)
+            n = dfa.n_states
+            cells = n * self._horizon * int(np.unique(dfa.table.T, axis=0).shape[0]) if n > self._horizon else 0
+            if n <= self._horizon or cells > WALK_CLASS_BUDGET:
+                classes = np.arange(n, dtype=np.int64)  # short DFAs merge little; huge ones cost too much
             else:
                 classes = bounded_equivalence(dfa.table, dfa.accepting, self._horizon)
             self._classes[dfa.key] = classes
