@@ -5,29 +5,55 @@ standards disagree on a construct, or where a construct is not a regular languag
 string (backreferences, lookaround, ``\\b``, anchors mid-pattern), we raise
 ``UnsupportedGrammarError`` instead of guessing: fail closed.
 
-Semantics chosen (compilers and tests rely on them):
+Which dialect, then? Both. JSON Schema says ``pattern`` is ECMA-262, but the validators people
+run (Python ``jsonschema``, and the benchmark's labels) use Python's ``re`` (``re.search(pattern,
+value)``, no flags). The two disagree on what ``\\d``, ``\\w``, ``\\s``, ``.`` and case-insensitive
+matching accept, and a generator must never produce a string that a validator rejects. So every
+character class stands for a set contained in BOTH dialects' sets. Patterns here have no
+lookaround, backreferences or complement, so their language only grows with their classes: a
+regex built from such subsets matches a subset of what each dialect matches.
 
-* ``.`` is any character except ``\\n`` (Python's default; ECMA also excludes ``\\r``, U+2028/9).
-* ``\\d`` = ``[0-9]`` and ``\\w`` = ``[A-Za-z0-9_]`` (ASCII, as ECMA-262 without ``/u`` and JSON
-  Schema); ``\\s`` is ECMA-262's WhiteSpace + LineTerminator set (``\\t\\n\\v\\f\\r``, space,
-  U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000, U+FEFF). Python's
-  Unicode ``\\s`` also has U+001C-U+001F and U+0085 but lacks U+FEFF.
+* A class is computed in each dialect and the two intersected (``_charclass.class_set``).
+  Positive ``\\d`` is therefore ``[0-9]`` (ECMA) and not Python's Unicode decimal digits;
+  positive ``\\w`` is ``[A-Za-z0-9_]``; positive ``\\s`` is the whitespace both agree on (ECMA's
+  WhiteSpace + LineTerminator: ``\\t\\n\\v\\f\\r``, Unicode Zs, U+2028/9 and U+FEFF; Python's
+  ``str.isspace()``: also U+001C-U+001F and U+0085, but not U+FEFF), i.e. both minus U+FEFF.
+* Complements take the *union*: ``\\D`` excludes every Unicode decimal digit (Python's ``\\d``),
+  ``\\W`` every Python word character (``str.isalnum()`` or ``_``), ``\\S`` both dialects'
+  whitespace. Inside ``[^...]`` the members are united across dialects before complementing, so
+  ``[^\\d]`` rejects U+0663 too. ``[\\s\\S]`` and ``[\\d\\D]`` are still every character.
+* ``.`` is any character except ``\\n``, ``\\r``, U+2028 and U+2029 (ECMA's; Python excludes only
+  ``\\n``); with the ``s`` flag it is every character in both.
+* Deliberate narrowings on the validation side: ``^\\w+$`` rejects "é" (Python accepts it, ECMA
+  does not), ``^\\d+$`` rejects "٣", ``^.$`` rejects "\\r", ``^\\s$`` rejects U+0085 and U+FEFF,
+  ``^\\S$`` rejects U+001C and U+FEFF.
+* ECMA-262 is modelled per code point, as with the ``u`` flag that JSON Schema recommends.
+  Without ``u`` a character beyond the BMP is two UTF-16 code units there (``^.$`` rejects an
+  emoji); that length difference is not narrowed for.
 * ``^`` / ``$`` are allowed only at the start / end of the pattern or of a top-level alternative;
   with full-match semantics they are no-ops. ``$`` means end of text (ECMA), never "before a final
-  newline" (Python).
+  newline" (Python): accepting fewer strings is on the safe side.
 * ``search=True`` (JSON Schema ``pattern``) allows any text, newlines included, before an
   alternative not anchored with ``^`` and after one not anchored with ``$``.
 * ``\\uD83D\\uDE00``-style surrogate pairs combine into one code point; lone surrogates are errors.
 * Scoped flag groups ``(?i:...)`` and ``(?s:...)`` (also ``(?-i:...)``) are accepted because Lark
-  emits them when it composes terminals; ``i`` folds case like Python's ``re`` (literal
-  characters and ranges, never ``\\d``-style escapes); global flags ``(?i)`` are unsupported.
+  emits them when it composes terminals; global flags ``(?i)`` are unsupported. ``i`` matches a
+  character only where Python's ``re.IGNORECASE`` and ECMA-262's ``Canonicalize`` (no ``u``) both
+  do: 'k' matches 'K' but not KELVIN SIGN, 's' not LONG S, 'i' not U+0130/U+0131 (Python folds
+  those, ECMA-262 does not), and nothing beyond the BMP folds. The pairs kept also share their
+  simple case folding, so they hold under ECMA's ``u`` flag too. Inside ``[^...]`` under ``i`` the
+  excluded set is widened to whole case components (see ``_charclass.class_set``).
 * Dialect-ambiguous spellings fail closed: ``{,n}``, ``]`` first in a class, octal escapes,
   ``\\e``-style escapes of other ASCII letters, ``\\d`` as a range endpoint. A ``{`` that does not
   form ``{m}``/``{m,}``/``{m,n}`` is a literal.
+
+The Unicode sets are the running interpreter's (``str.isdecimal``/``isalnum``/``isspace``, which
+are what ``re`` uses), computed once on first use (a few tenths of a second).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -36,7 +62,10 @@ from grammars.frontends._charclass import (
     ANY_CHAR,
     ClassItem,
     Cursor,
+    DialectChars,
+    chars_where,
     check_code_point,
+    class_set,
     fold_case,
     parse_class_body,
     read_hex_digits,
@@ -44,24 +73,49 @@ from grammars.frontends._charclass import (
 )
 from grammars.ir import EMPTY, Chars, Expr, Literal, alt, chars, repeat, seq
 
-__all__ = ["parse_regex", "parse_terminal_regex", "DIGIT", "WORD", "SPACE", "DOT"]
+__all__ = ["parse_regex", "parse_terminal_regex", "DIGIT", "WORD", "SPACE", "DOT", "class_escape"]
 
-DIGIT = chars(("0", "9"))
-WORD = chars(("0", "9"), ("A", "Z"), ("a", "z"), "_")
-SPACE = chars(
-    "\t\n\v\f\r \u00a0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff", ("\u2000", "\u200a")
-)
-#: ``.`` without the ``s`` flag
-DOT = chars("\n").complement()
+# ECMA-262's sets (with the ``u`` flag, and without ``i``, they are the same)
+_ECMA_DIGIT = chars(("0", "9"))
+_ECMA_WORD = chars(("0", "9"), ("A", "Z"), ("a", "z"), "_")
+#: WhiteSpace (TAB VT FF ZWNBSP, and SP NBSP and the rest of Unicode's Zs, unchanged since
+#: Unicode 6.3) + LineTerminator (LF CR LS PS)
+_ECMA_SPACE = chars("\t\n\v\f\r \u00a0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff", ("\u2000", "\u200a"))
+#: ECMA-262's LineTerminator: what ``.`` never matches there without the ``s`` flag
+_ECMA_LINE_TERMINATORS = chars("\n\r\u2028\u2029")
 
-_CLASS_ESCAPES: dict[str, Chars] = {
-    "d": DIGIT,
-    "D": DIGIT.complement(),
-    "w": WORD,
-    "W": WORD.complement(),
-    "s": SPACE,
-    "S": SPACE.complement(),
-}
+
+def _text(members: Chars) -> str:
+    return "".join(chr(cp) for lo, hi in members.ranges for cp in range(lo, hi + 1))
+
+
+#: positive ``\d``: the digits both dialects accept (ECMA's ``[0-9]``)
+DIGIT = _ECMA_DIGIT
+#: positive ``\w``: ``[A-Za-z0-9_]`` (every ASCII word character is a Python word character)
+WORD = _ECMA_WORD
+#: positive ``\s``: ECMA-262's whitespace that Python's ``str.isspace()`` also accepts (all but U+FEFF)
+SPACE = chars_where(str.isspace, _text(_ECMA_SPACE))
+#: ``.`` without the ``s`` flag: Python excludes ``\n``, ECMA-262 every line terminator
+DOT = _ECMA_LINE_TERMINATORS.complement()
+
+
+@functools.lru_cache(maxsize=None)
+def class_escape(letter: str) -> DialectChars:
+    """``\\d``, ``\\D``, ``\\w``, ``\\W``, ``\\s`` or ``\\S`` (``letter``) in each dialect. Python's sets
+    are those of ``re`` on a ``str`` pattern without flags: ``str.isdecimal()`` (category Nd),
+    ``str.isalnum()`` or ``_``, ``str.isspace()``; computed over all of Unicode on first use."""
+    if letter in "DWS":
+        return class_escape(letter.lower()).negated()
+    if letter == "d":
+        return DialectChars(chars_where(str.isdecimal), _ECMA_DIGIT)
+    if letter == "w":
+        return DialectChars(chars_where(str.isalnum).union(chars("_")), _ECMA_WORD)
+    if letter == "s":
+        return DialectChars(chars_where(str.isspace), _ECMA_SPACE)
+    raise ValueError(f"not a class escape: \\{letter}")
+
+
+_CLASS_ESCAPE_LETTERS = frozenset("dDwWsS")
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v"}
 _UNSUPPORTED_ESCAPES = {
     "b": "word boundary \\b",
@@ -244,7 +298,10 @@ class _RegexParser:
             return self._anchor(top)
         if ch == "\\":
             item = self._escape(in_class=False)
-            return item if isinstance(item, Chars) else _char(item, flags)
+            if isinstance(item, DialectChars):
+                return class_set(Chars(()), [item], case_insensitive="i" in flags)
+            assert isinstance(item, int)
+            return _char(item, flags)
         if ch in _QUANTIFIER_START and self._quantifier_ahead():
             raise cur.error("nothing to repeat")
         cur.take()
@@ -327,8 +384,7 @@ class _RegexParser:
         cur.take()
         if cur.peek() == "]" or (cur.peek() == "^" and cur.peek(1) == "]"):
             raise cur.unsupported("']' first in a class (empty class in ECMA-262, literal in Python)", start)
-        fold = fold_case if "i" in flags else None
-        return parse_class_body(cur, self._class_item, start, fold=fold)
+        return parse_class_body(cur, self._class_item, start, case_insensitive="i" in flags)
 
     def _class_item(self, cur: Cursor) -> ClassItem:
         if cur.peek() == "\\":
@@ -347,8 +403,8 @@ class _RegexParser:
         ch = cur.take()
         if ch in _SIMPLE_ESCAPES:
             return ord(_SIMPLE_ESCAPES[ch])
-        if ch in _CLASS_ESCAPES:
-            return _CLASS_ESCAPES[ch]
+        if ch in _CLASS_ESCAPE_LETTERS:
+            return class_escape(ch)
         if ch == "x":
             return read_hex_escape(cur, 2, start)
         if ch == "u":
@@ -400,7 +456,7 @@ def _unless(condition: bool, expr: Expr) -> Expr:
 
 
 def _char(code_point: int, flags: frozenset[str]) -> Expr:
-    """One literal character, widened to its case variants under the ``i`` flag."""
+    """One literal character, widened under the ``i`` flag to the case variants both dialects match."""
     if "i" in flags:
         folded = fold_case(Chars(((code_point, code_point),)))
         if folded.ranges != ((code_point, code_point),):

@@ -1,4 +1,5 @@
-"""The regex front end against Python's ``re``: same language on a corpus, exact errors otherwise."""
+"""The regex front end against its oracles: on a corpus, the same language as Python's ``re`` and
+ECMA-262 (emulated, see ``test_regex_dialects``) both accept; exact errors otherwise."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+# Test modules in this folder are importable by name (pytest puts the folder on sys.path).
+from test_regex_dialects import ecma_regex
 
 from grammars.errors import GrammarSyntaxError, UnsupportedGrammarError
 from grammars.frontends import parse_regex
@@ -70,7 +74,7 @@ def sample(expr: Expr, rng: random.Random) -> str:
     raise TypeError(f"unexpected node {expr!r}")
 
 
-# --- the corpus: patterns whose meaning Python and we agree on -------------------------------
+# --- the corpus: the language is exactly what both dialects accept ---------------------------
 
 CORPUS = [
     "abc",
@@ -88,8 +92,10 @@ CORPUS = [
     "(a|b){2,3}?",
     "a*?b+?c??",
     r"\d+",
+    r"\D+",
     r"\w*",
     r"\s",
+    r"\S+",
     r"[\d\s]+",
     r"[\D]",
     r"\W+",
@@ -112,6 +118,8 @@ CORPUS = [
     r"\t\n\r\f\v\0",
     r"[\b]",
     "(?i:ab)c",
+    "(?i:[a-z]+)",
+    "(?i:[^k])s",
     "(|a)+",
     "((a*)*b)*",
     "[.]",
@@ -121,79 +129,62 @@ CORPUS = [
     "()",
     r"[\]]",
     r"(?s:.)",
+    r"(?s:a.(?-s:.))",
     r"[^\W\d]+",
+    r"[^\d]+",
+    r"[\s\S]*",
+    r"[^\s]",
+    r"\u0663|\d",
 ]
 
-# ECMA-262's \s (our choice), written as Python class contents
-_ECMA_SPACE = "\\t\\n\\x0b\\x0c\\r \\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff"
 
-
-def python_equivalent(pattern: str) -> re.Pattern[str]:
-    """``pattern`` compiled by Python with our documented semantics: ASCII ``\\d``/``\\w``, ECMA ``\\s``."""
-    out: list[str] = []
-    in_class, i = False, 0
-    while i < len(pattern):
-        piece = pattern[i : i + 2] if pattern[i] == "\\" else pattern[i]
-        i += len(piece)
-        if piece == "\\s":
-            piece = _ECMA_SPACE if in_class else f"[{_ECMA_SPACE}]"
-        elif piece == "\\S":
-            assert not in_class, "not needed by the corpus"
-            piece = f"[^{_ECMA_SPACE}]"
-        elif piece in ("[", "]"):
-            in_class = piece == "["
-        out.append(piece)
-    return re.compile("".join(out), re.ASCII)
-
-
-_BASE_ALPHABET = "abcABC01xyz_- \t\n.\r\x0b\x0c\x00\x08{}]"
+# ASCII, plus characters on which the dialects disagree (so the oracle's intersection matters)
+_BASE_ALPHABET = (
+    "abcABC01xyz_- \t\n.\r\x0b\x0c\x00\x08{}]"
+    "\u0663\uff13é\u0301\u00a0\u0085\x1c\u2028\ufeff\u212a\u017f"
+)
 
 
 def _alphabet(pattern: str) -> str:
     return "".join(sorted(set(_BASE_ALPHABET) | (set(pattern) - {"\\"})))
 
 
+def both_fullmatch(pattern: str, text: str) -> bool:
+    """Python's ``re`` and ECMA-262 both match the whole of ``text``."""
+    return re.fullmatch(pattern, text) is not None and ecma_regex(pattern).fullmatch(text) is not None
+
+
 @pytest.mark.parametrize("pattern", CORPUS)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_same_language_as_python_re(pattern: str, data: st.DataObject) -> None:
+def test_same_language_as_both_dialects(pattern: str, data: st.DataObject) -> None:
     expr = parse_regex(pattern)
     text = data.draw(st.text(alphabet=_alphabet(pattern), max_size=8))
-    expected = python_equivalent(pattern).fullmatch(text) is not None
-    assert matches(expr, text) == expected, (pattern, text, expr)
+    assert matches(expr, text) == both_fullmatch(pattern, text), (pattern, text, expr)
 
 
 @pytest.mark.parametrize("pattern", CORPUS)
-def test_sampled_members_match_python_re(pattern: str) -> None:
+def test_sampled_members_match_both_dialects(pattern: str) -> None:
     expr = parse_regex(pattern)
     rng = random.Random(pattern)
     for _ in range(50):
         text = sample(expr, rng)
-        assert python_equivalent(pattern).fullmatch(text), (pattern, text)
+        assert both_fullmatch(pattern, text), (pattern, text)
         assert matches(expr, text)
 
 
-# search=True: our pattern, and the Python regex with the same JSON Schema meaning
-# (``$`` is "end of text" in ECMA-262, which is ``\Z`` in Python).
-SEARCH_CORPUS = [
-    ("a", "a"),
-    ("^a", "^a"),
-    ("a$", r"a\Z"),
-    ("^ab$", r"^ab\Z"),
-    ("^a|b$", r"^a|b\Z"),
-    ("^(ab)+$", r"^(ab)+\Z"),
-    (r"\d{2}", r"\d{2}"),
-    ("a.b", "a.b"),
-    ("", ""),
-]
+# search=True (JSON Schema ``pattern``): Python's ``re.search`` and ECMA-262's (whose ``$`` is only
+# the end of the text, never before a final newline) must both find a match.
+SEARCH_CORPUS = ["a", "^a", "a$", "^ab$", "^a|b$", "^(ab)+$", r"\d{2}", "a.b", "", r"^\D$", r"\s"]
 
 
-@pytest.mark.parametrize(("pattern", "python"), SEARCH_CORPUS)
+@pytest.mark.parametrize("pattern", SEARCH_CORPUS)
 @settings(max_examples=150, deadline=None)
-@given(text=st.text(alphabet="ab01\n.", max_size=7))
-def test_search_semantics(pattern: str, python: str, text: str) -> None:
+@given(text=st.text(alphabet="ab01\n.\r \u0663\u0085", max_size=7))
+def test_search_semantics(pattern: str, text: str) -> None:
     expr = parse_regex(pattern, search=True)
-    assert matches(expr, text) == (re.search(python, text) is not None), (pattern, text)
+    expected = re.search(pattern, text) is not None and ecma_regex(pattern).search(text) is not None
+    assert matches(expr, text) == expected, (pattern, text)
 
 
 # --- IR shape ---------------------------------------------------------------------------------
@@ -223,16 +214,20 @@ def test_search_pads_unanchored_ends_with_any_character() -> None:
 
 def test_dot_and_space_sets() -> None:
     assert parse_regex(".") == DOT
-    assert not DOT.contains(ord("\n")) and DOT.contains(ord("\r")) and DOT.contains(0x10FFFF)
-    assert parse_regex(".", flags="s").contains(ord("\n"))
+    assert not DOT.contains(ord("\n")) and DOT.contains(0x10FFFF)
+    assert not DOT.contains(ord("\r")) and not DOT.contains(0x2028)  # ECMA-262's line terminators
+    assert parse_regex(".", flags="s") == Chars(((0, 0x10FFFF),))
     assert parse_regex(r"\s") == SPACE
-    assert SPACE.contains(0xFEFF) and SPACE.contains(0x2028) and not SPACE.contains(0x85)
+    assert SPACE.contains(0x2028) and SPACE.contains(0xA0)
+    assert not SPACE.contains(0xFEFF) and not SPACE.contains(0x85)  # ECMA-only, Python-only
 
 
-def test_ascii_class_escapes() -> None:
+def test_class_escapes_fail_closed_between_dialects() -> None:
     assert parse_regex(r"\d") == chars(("0", "9"))
-    assert not parse_regex(r"\w").contains(ord("é"))
-    assert parse_regex(r"\D").contains(ord("٣"))  # ARABIC-INDIC DIGIT THREE is not \d here
+    assert not parse_regex(r"\w").contains(ord("é"))  # Python's \w has it, ECMA's does not
+    assert not parse_regex(r"\D").contains(ord("٣"))  # ARABIC-INDIC DIGIT THREE is Python's \d
+    assert not parse_regex(r"[^\d]").contains(ord("٣"))
+    assert parse_regex(r"[\s\S]") == Chars(((0, 0x10FFFF),))  # every character in both
 
 
 def test_unicode_escapes() -> None:
@@ -243,8 +238,10 @@ def test_unicode_escapes() -> None:
 
 
 def test_case_insensitive_flag_folds_characters() -> None:
-    assert parse_regex("(?i:k)") == Chars(((ord("K"), ord("K")), (ord("k"), ord("k")), (0x212A, 0x212A)))
+    # KELVIN SIGN folds to 'k' in Python's re, not in ECMA-262 (no u flag): both must match
+    assert parse_regex("(?i:k)") == chars("kK")
     assert parse_regex("[^a]", flags="i").contains(ord("A")) is False
+    assert parse_regex("[^k]", flags="i").contains(0x212A) is False  # Python excludes it
     assert parse_regex(r"(?i:\W)").contains(ord("k")) is False  # class escapes are not folded
     assert parse_regex("(?i:a(?-i:b))") == Seq((chars("aA"), Literal("b")))
 
