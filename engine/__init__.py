@@ -1,9 +1,61 @@
-"""corral.engine — HOW TO RUN A MODEL: language-model adapters, decoders and ``generate()``.
+"""corral.engine — HOW TO RUN A MODEL: language-model adapters, the decoding loop and ``generate()``.
 
-Planned: the ``LanguageModel`` protocol with Hugging Face causal and diffusion adapters and a
-scripted mock, autoregressive / speculative / parallel / diffusion decoders, ``generate()``,
-a ``LogitsProcessor`` shim, the CLI and the HTTP service. Imports ``samplers`` and ``grammars``;
-the public names are added to ``__all__`` as they land.
+::
+
+    from engine import generate
+    result = generate("Name and age as JSON: ", schema=Person, model="models/tiny-json", seed=0)
+    result.value, result.finish_reason
+
+* ``generate`` / ``generate_batch`` — prompt + constraint (``schema=``, ``regex=``, ``grammar=``)
+  + model -> ``GenerationResult`` (text, token ids, parsed value, finish reason, timings).
+* ``LanguageModel`` — the two-member seam decoders need (``logits_width``, ``next_logits``);
+  ``HFCausalLM`` adapts any transformers causal LM (KV cache reuse, crop on rollback);
+  ``ScriptedLM`` is the mock for tests.
+* ``decode`` — the autoregressive loop (mask, apply, sample, advance; EOS only when accepting;
+  forced-token fast-forward; budget-aware closing via ``ClosingPlanner``; stop strings).
+* ``CorralLogitsProcessor`` — a transformers ``LogitsProcessor`` shim for ``model.generate``;
+  the engine loop above is the primary path.
+* ``python -m engine.cli`` / ``corral`` — ``generate``, ``compile``, ``check``, ``bench``;
+  ``python -m engine.tiny`` trains the tiny JSON model used by demos and tests.
+
+Imports ``samplers`` and ``grammars``; never ``jsonschemabench``.
 """
 
-__all__: list[str] = []
+from engine.closing import ClosingPlanner, Completion
+from engine.decoding import DecodeOptions, FreeMatcher, SequenceOutput, decode
+from engine.generate import (
+    GenerationResult,
+    SequenceSampler,
+    generate,
+    generate_batch,
+    resolve_sampler,
+)
+from engine.lm import HFCausalLM, LanguageModel, ScriptedLM
+
+__all__ = [
+    "generate",
+    "generate_batch",
+    "GenerationResult",
+    "LanguageModel",
+    "HFCausalLM",
+    "ScriptedLM",
+    "decode",
+    "DecodeOptions",
+    "SequenceOutput",
+    "FreeMatcher",
+    "ClosingPlanner",
+    "Completion",
+    "SequenceSampler",
+    "resolve_sampler",
+    "CorralLogitsProcessor",
+]
+
+
+def __getattr__(name: str):
+    # CorralLogitsProcessor subclasses transformers.LogitsProcessor: import transformers only
+    # when it is asked for, so ``from engine import generate`` stays light.
+    if name == "CorralLogitsProcessor":
+        from engine.hf import CorralLogitsProcessor
+
+        return CorralLogitsProcessor
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")

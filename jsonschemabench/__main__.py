@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import grammar_bench
+from . import grammar_bench, maskbench, testsuite
+from . import samplers_bench
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +22,27 @@ def build_parser() -> argparse.ArgumentParser:
             "grammars",
             help="compile + mask times and correctness on GBNF grammars and regexes",
             description=grammar_bench.__doc__.splitlines()[0],
+        )
+    )
+    maskbench.add_arguments(
+        commands.add_parser(
+            "maskbench",
+            help="MaskBench: time to first mask, time between masks and exactness on JSON Schemas",
+            description=maskbench.__doc__.splitlines()[0],
+        )
+    )
+    testsuite.add_arguments(
+        commands.add_parser(
+            "testsuite",
+            help="JSON Schema Test Suite: passed/total per keyword file and engine",
+            description=testsuite.__doc__.splitlines()[0],
+        )
+    )
+    samplers_bench.add_arguments(
+        commands.add_parser(
+            "samplers",
+            help="KL to the grammar-conditioned model (masked, ASAp, SMC) and AWRS checks/time per token",
+            description=samplers_bench.__doc__.splitlines()[0],
         )
     )
     return parser

@@ -55,9 +55,31 @@ EXPECTED: dict[str, frozenset[str]] = {
             "NoAllowedToken",
             "MaskedSampler",
             "apply_token_bitmask_inplace",
+            "ASAp",
+            "AWRS",
+            "SMC",
+            "SMCResult",
         }
     ),
-    "engine": frozenset(),
+    "engine": frozenset(
+        {
+            "ClosingPlanner",
+            "Completion",
+            "CorralLogitsProcessor",
+            "DecodeOptions",
+            "FreeMatcher",
+            "GenerationResult",
+            "HFCausalLM",
+            "LanguageModel",
+            "ScriptedLM",
+            "SequenceOutput",
+            "SequenceSampler",
+            "decode",
+            "generate",
+            "generate_batch",
+            "resolve_sampler",
+        }
+    ),
     "jsonschemabench": frozenset(),
 }
 

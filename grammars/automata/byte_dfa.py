@@ -748,7 +748,9 @@ def concat(a: ByteDFA, b: ByteDFA, limits: Limits = Limits()) -> ByteDFA:
 
 
 def intersect(a: ByteDFA, b: ByteDFA, limits: Limits = Limits()) -> ByteDFA:
-    """The intersection of two DFA languages (minimal, canonical): the reachable product.
+    """The intersection of two DFA languages (canonical; minimal up to ``MINIMIZE_MAX_STATES``).
+
+    Built as the reachable product.
 
     The product runs over the joint byte classes of both tables, one BFS layer at a time.
     Raises ``LimitExceeded`` when more than ``limits.max_dfa_states`` pairs are reachable.
@@ -802,7 +804,7 @@ def intersect(a: ByteDFA, b: ByteDFA, limits: Limits = Limits()) -> ByteDFA:
 
 
 def minimize(dfa: ByteDFA) -> ByteDFA:
-    """The minimal, trimmed, canonically numbered DFA of ``dfa``'s language.
+    """The trimmed, canonically numbered DFA of ``dfa``'s language (minimal up to ``MINIMIZE_MAX_STATES``).
 
     For tables built directly (e.g. a residue counter) rather than by ``compile_regular``: the
     ``ByteDFA`` constructor checks shapes only, so such a table may have dead or equivalent states.

@@ -1,0 +1,438 @@
+"""The autoregressive loop: mask -> apply to logits -> sample -> advance, for a batch of rows.
+
+The engine owns the loop (STYLE.md anti-patterns: no stateless per-step callback driving a
+stateful matcher). One step, for the rows still running:
+
+1. ``Matcher.fill_mask`` writes each row's allowed tokens into one preallocated packed bitmask
+   (``[rows, ceil(width/32)]`` int32). A row whose mask holds only EOS is finished here, without
+   a model call (the grammar forces the end); a row whose mask is empty is a broken grammar and
+   raises ``NoAllowedToken``.
+2. One ``LanguageModel.next_logits`` call scores every running row (the model reuses its KV
+   cache; fast-forwarded tokens reach it together in one forward pass).
+3. For mask-based samplers the bitmask is applied to the whole batch in place
+   (``apply_token_bitmask_inplace``); samplers that test tokens themselves (AWRS, ASAp) get the
+   raw logits and read the matcher, as the ``samplers`` contract says.
+4. Each row's ``SamplingRun.draw`` picks a token with the row's own ``torch.Generator``; the
+   matcher advances; stop strings are checked; forced tokens are appended without sampling.
+
+Guarantees:
+
+* **EOS only when accepting.** EOS ids are in the mask exactly when ``is_accepting()``
+  (grammars' contract); a row ends on EOS with ``finish_reason="stop"``. EOS is not part of
+  ``token_ids``.
+* **Termination.** At most ``max_tokens`` steps per row, counted with EOS (like transformers'
+  ``max_new_tokens``): a row that has produced ``max_tokens`` tokens without EOS ends with
+  ``"length"``. Forced tokens count against the budget too.
+* **Budget-aware closing.** Once the remaining budget is within ``closing_horizon`` tokens
+  (default 32), each step asks a ``ClosingPlanner`` for an achievable upper bound ``U`` on the
+  tokens (EOS included) needed to finish. While ``U <= remaining`` the loop only accepts a
+  sampled token after which a completion still fits (``U(after) <= remaining - 1``): rejected
+  tokens get ``-inf`` and the sampler draws again — rejection sampling from the distribution
+  renormalised over the tokens that fit; after ``max_rejections`` rejections it takes the first
+  token of the planner's completion. That token always fits, so once ``U`` fits the row closes
+  in time: a length-limited value comes back complete whenever a completion fitting the budget
+  was found. When none fits (an impossible budget) the row runs unchanged to ``"length"``.
+  Cost: the planner's bounded search runs for states it has not seen, except where the previous
+  completion still fits with room to spare (the hint; see ``ClosingPlanner.completion``). The
+  guarantee holds from the first step inside the horizon at which ``U`` fits; a generation whose
+  shortest completion already exceeds the horizon when it enters it (very deep nesting) is not
+  steered.
+* **Forced tokens** (jump-forward): when ``Matcher.forced_tokens()`` is non-empty its tokens are
+  appended without sampling. They are canonical by construction: each one is the *only* token
+  the mask allows at its step, so every tokenization of every valid continuation starts with
+  it — no longer token can merge across its end (such a token would be allowed as well and the
+  run would have stopped before it). This is llguidance's hold-back rule in its most
+  conservative form: nothing is forced that the model could have spelled differently. Fast-
+  forwarding skips the sampler, so it is on only for locally normalised samplers (masked); for
+  exact samplers (ASAp, AWRS) whose weights need every step's logits it is off by default.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import torch
+
+from engine.closing import ClosingPlanner
+from engine.lm import LanguageModel
+from grammars import TokenVocabulary, allocate_token_bitmask
+from grammars.bitmask import pack_bool
+from samplers import (
+    Draw,
+    NoAllowedToken,
+    SamplingParams,
+    SamplingRun,
+    apply_token_bitmask_inplace,
+)
+from samplers._numeric import sample_categorical  # the draw MaskedSampler makes; see _Loop._draw
+from samplers.base import process_logits
+
+__all__ = ["FinishReason", "DecodeOptions", "SequenceOutput", "FreeMatcher", "decode"]
+
+#: Why a sequence ended: EOS at an accepting state (or a grammar that allows nothing else),
+#: the token budget, or a stop string.
+FinishReason = Literal["stop", "length", "stop_string"]
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """Loop settings. ``max_tokens`` counts EOS; see the module docstring for the rest."""
+
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    fast_forward: bool = True
+    premask: bool = True
+    budget_closing: bool = True
+    closing_horizon: int = 32
+    max_rejections: int = 16
+    #: When set, the loop draws from the premasked logits itself with these parameters — exactly
+    #: what ``MaskedSampler(params)`` draws (same ops, same generator), without masking twice.
+    direct_params: SamplingParams | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError(f"stop strings must be non-empty str, got {self.stop!r}")
+        if self.closing_horizon < 0 or self.max_rejections < 0:
+            raise ValueError("closing_horizon and max_rejections must be >= 0")
+        if self.direct_params is not None and not self.premask:
+            raise ValueError("direct_params needs premask=True (it samples the masked logits as they are)")
+
+
+@dataclass
+class SequenceOutput:
+    """One row's result: generated tokens (EOS excluded), bytes, and how it ended."""
+
+    token_ids: list[int]
+    text: bytes
+    finish_reason: FinishReason
+    forced_tokens: int = 0
+    budget_steered: int = 0
+    log_weight: float = 0.0
+    first_token_s: float | None = None
+    per_token_s: list[float] = field(default_factory=list)
+
+
+class FreeMatcher:
+    """The matcher of unconstrained generation: every real token id is allowed, EOS anytime.
+
+    Padding columns of the logits (ids ``>= vocab.size``) are never allowed. Implements the
+    parts of the ``grammars.Matcher`` interface that samplers and the loop use.
+    """
+
+    def __init__(self, vocab: TokenVocabulary, _consumed: list[int] | None = None):
+        self._vocab = vocab
+        self._eos = vocab.eos_token_ids
+        self._consumed: list[int] = _consumed if _consumed is not None else []
+        self._words = pack_bool(np.ones(vocab.size, dtype=bool), vocab.logits_width)
+
+    @property
+    def num_consumed(self) -> int:
+        return len(self._consumed)
+
+    def freeze(self):
+        return ("free", self.is_terminated())
+
+    def fill_mask(self, out: np.ndarray, row: int = 0) -> None:
+        target = out if out.ndim == 1 else out[row]
+        if self.is_terminated():
+            target[:] = 0
+        else:
+            target[:] = self._words
+
+    def allows(self, token: int) -> bool:
+        return not self.is_terminated() and 0 <= int(token) < self._vocab.size
+
+    def is_accepting(self) -> bool:
+        return not self.is_terminated()
+
+    def is_terminated(self) -> bool:
+        return bool(self._consumed) and self._consumed[-1] in self._eos
+
+    def forced_tokens(self, max_tokens: int = 64) -> list[int]:
+        return []
+
+    def advance(self, token: int) -> None:
+        from grammars import TokenRejected
+
+        if not self.allows(token):
+            raise TokenRejected(int(token))
+        self._consumed.append(int(token))
+
+    def try_advance(self, tokens: Sequence[int]) -> int:
+        count = 0
+        for token in tokens:
+            if not self.allows(token):
+                break
+            self._consumed.append(int(token))
+            count += 1
+        return count
+
+    def rollback(self, n: int = 1) -> None:
+        from grammars import RollbackError
+
+        if n < 0 or n > len(self._consumed):
+            raise RollbackError(f"cannot roll back {n} tokens; {len(self._consumed)} consumed")
+        if n:
+            del self._consumed[-n:]
+
+    def fork(self) -> FreeMatcher:
+        return FreeMatcher(self._vocab, list(self._consumed))
+
+
+@dataclass
+class _Row:
+    prompt: list[int]
+    matcher: object
+    run: SamplingRun
+    generator: torch.Generator | None
+    constrained: bool
+    tokens: list[int] = field(default_factory=list)
+    text: bytearray = field(default_factory=bytearray)
+    finish: FinishReason | None = None
+    forced: int = 0
+    steered: int = 0
+    log_weight: float = 0.0
+    first_token_s: float | None = None
+    step_times: list[float] = field(default_factory=list)
+    closing: tuple[int, ...] = ()  # the latest completion the planner found (budget-aware closing)
+    closing_text: bytes = b""  # its bytes, kept in step with the text as a hint for the next search
+
+
+def decode(
+    lm: LanguageModel,
+    vocab: TokenVocabulary,
+    prompts: Sequence[Sequence[int]],
+    matchers: Sequence[object],
+    runs: Sequence[SamplingRun],
+    generators: Sequence[torch.Generator | None],
+    options: DecodeOptions = DecodeOptions(),
+    *,
+    planner: ClosingPlanner | None = None,
+    on_tokens: Callable[[int], None] | None = None,
+) -> list[SequenceOutput]:
+    """Generate for every row until EOS, a stop string or ``options.max_tokens``.
+
+    ``matchers[i]`` is a fresh ``Matcher`` (or a ``FreeMatcher`` for unconstrained rows), and it
+    is advanced in place; ``runs[i]`` comes from ``sampler.start(...)``; ``generators[i]`` seeds
+    row ``i``'s draws. ``planner`` enables budget-aware closing (``options.budget_closing``).
+    ``on_tokens(n)`` is called with the number of tokens each step added (progress bars).
+
+    Raises ``NoAllowedToken`` if a grammar allows no token in a non-terminated state, and
+    ``grammars.TokenRejected`` if a sampler returns a token outside the mask.
+    """
+    n = len(prompts)
+    if not (len(matchers) == len(runs) == len(generators) == n):
+        raise ValueError("prompts, matchers, runs and generators must have the same length")
+    if lm.logits_width < vocab.size:
+        raise ValueError(
+            f"the model scores {lm.logits_width} tokens but the tokenizer has {vocab.size}: "
+            "the tokenizer does not belong to this model"
+        )
+    if vocab.logits_width != lm.logits_width:
+        raise ValueError(
+            f"vocabulary logits_width {vocab.logits_width} != model logits_width {lm.logits_width}; "
+            "build the vocabulary with logits_width=lm.logits_width (padded output layers)"
+        )
+    rows = [
+        _Row(list(p), m, r, g, constrained=not isinstance(m, FreeMatcher))
+        for p, m, r, g in zip(prompts, matchers, runs, generators)
+    ]
+    loop = _Loop(lm, vocab, options, planner if options.budget_closing else None, on_tokens)
+    loop.run(rows)
+    return [
+        SequenceOutput(
+            token_ids=r.tokens,
+            text=bytes(r.text),
+            finish_reason=r.finish or "length",
+            forced_tokens=r.forced,
+            budget_steered=r.steered,
+            log_weight=r.log_weight,
+            first_token_s=r.first_token_s,
+            per_token_s=r.step_times,
+        )
+        for r in rows
+    ]
+
+
+class _Loop:
+    def __init__(self, lm, vocab: TokenVocabulary, options: DecodeOptions, planner, on_tokens):
+        self.lm = lm
+        self.vocab = vocab
+        self.opt = options
+        self.planner = planner
+        self.on_tokens = on_tokens
+        self.eos = vocab.eos_token_ids
+        eos_bool = np.zeros(vocab.logits_width, dtype=bool)
+        eos_bool[list(self.eos)] = True
+        self.text_words = ~pack_bool(eos_bool, vocab.logits_width)
+        self.stop = [s.encode("utf-8") for s in options.stop]
+        self.longest_stop = max((len(s) for s in self.stop), default=0)
+
+    def run(self, rows: list[_Row]) -> None:
+        bitmask = allocate_token_bitmask(len(rows), self.vocab.logits_width)
+        started = time.perf_counter()
+        last = started
+        forced = sum(self._fast_forward(row) for row in rows)  # a grammar may force its first tokens
+        if self.on_tokens is not None and forced:
+            self.on_tokens(forced)
+        while True:
+            stepping = []
+            for row in rows:
+                if row.finish is not None:
+                    continue
+                if len(row.tokens) >= self.opt.max_tokens:
+                    self._finish(row, "length")
+                else:
+                    stepping.append(row)
+            if not stepping:
+                return
+            stepping = self._fill_masks(stepping, bitmask)
+            if not stepping:
+                continue
+            logits = self.lm.next_logits([row.prompt + row.tokens for row in stepping])
+            if self.opt.premask:
+                apply_token_bitmask_inplace(logits, torch.from_numpy(bitmask[: len(stepping)]))
+            added = 0
+            now = None
+            for k, row in enumerate(stepping):
+                draw = self._choose(row, logits[k])
+                now = time.perf_counter()
+                added += self._append(row, draw, now - started)
+            assert now is not None
+            for row in stepping:
+                row.step_times.append(now - last)
+            last = now
+            if self.on_tokens is not None and added:
+                self.on_tokens(added)
+
+    # --- one step ---------------------------------------------------------------------------
+
+    def _fill_masks(self, stepping: list[_Row], bitmask: np.ndarray) -> list[_Row]:
+        """Masks for the running rows, compacted to the rows that need the model."""
+        keep = []
+        for row in stepping:
+            slot = len(keep)
+            row.matcher.fill_mask(bitmask, slot)
+            words = bitmask[slot]
+            if not (words & self.text_words).any():
+                if not words.any():
+                    raise NoAllowedToken(
+                        f"the grammar allows no token after {len(row.tokens)} generated tokens "
+                        "(and EOS is not allowed either); this is a bug in the grammar engine"
+                    )
+                if self.opt.fast_forward:  # only EOS is possible: the grammar ends the row
+                    self._finish(row, "stop")
+                    continue
+            keep.append(row)
+        return keep
+
+    def _choose(self, row: _Row, logits: torch.Tensor) -> Draw:
+        remaining = self.opt.max_tokens - len(row.tokens)
+        steer = False
+        if self.planner is not None and row.constrained and remaining <= self.opt.closing_horizon:
+            found = self.planner.completion(row.matcher, hints=[row.closing_text], budget=remaining)
+            row.closing = found.tokens if found is not None else ()
+            row.closing_text = self.vocab.decode(row.closing)
+            steer = found is not None and found.cost <= remaining
+        if not steer:
+            return self._draw(row, logits)
+        rejections = 0
+        while rejections <= self.opt.max_rejections:
+            try:
+                draw = self._draw(row, logits)
+            except NoAllowedToken:
+                break
+            if self._fits(row, draw.token, remaining):
+                row.steered += rejections > 0
+                return draw
+            rejections += 1
+            logits[draw.token] = float("-inf")
+        row.steered += 1
+        token = row.closing[0] if row.closing else min(self.eos)  # the completion found above
+        return Draw(token=token)
+
+    def _draw(self, row: _Row, logits: torch.Tensor) -> Draw:
+        params = self.opt.direct_params
+        if params is None:
+            return row.run.draw(logits, row.matcher, row.generator)
+        scores = logits.detach().float()
+        if torch.isneginf(scores).all():
+            raise NoAllowedToken("every token is masked out in this state")
+        probs = torch.softmax(process_logits(scores, params), dim=-1)
+        # the same ops as MaskedSampler.draw minus its second masking; a test pins the equivalence
+        return Draw(token=sample_categorical(probs, row.generator))
+
+    def _fits(self, row: _Row, token: int, remaining: int) -> bool:
+        if token in self.eos:
+            return True
+        if not row.matcher.allows(token):
+            return True  # let advance() report the sampler's mistake
+        row.matcher.advance(token)
+        try:
+            hints = _hints(row.closing_text, self.vocab.token_bytes[token])
+            found = self.planner.completion(row.matcher, hints=hints, budget=remaining - 1)
+        finally:
+            row.matcher.rollback(1)
+        return found is not None and found.cost <= remaining - 1
+
+    def _append(self, row: _Row, draw: Draw, elapsed: float) -> int:
+        """Consume a drawn token (and any forced ones after it); returns tokens added."""
+        token = int(draw.token)
+        row.log_weight += float(draw.log_weight)
+        if row.first_token_s is None:
+            row.first_token_s = elapsed
+        if token in self.eos:
+            row.matcher.advance(token)  # raises TokenRejected if EOS was not allowed
+            self._finish(row, "stop")
+            return 0
+        row.matcher.advance(token)
+        self._push(row, token)
+        return 1 + self._fast_forward(row)
+
+    def _fast_forward(self, row: _Row) -> int:
+        """Append the tokens the grammar forces from here (within the budget); returns how many."""
+        if row.finish is not None or not self.opt.fast_forward:
+            return 0
+        added = 0
+        for token in row.matcher.forced_tokens(max(0, self.opt.max_tokens - len(row.tokens))):
+            row.matcher.advance(token)
+            row.forced += 1
+            added += 1
+            self._push(row, token)
+            if row.finish is not None:
+                break
+        return added
+
+    def _push(self, row: _Row, token: int) -> None:
+        before = len(row.text)
+        row.tokens.append(token)
+        if row.closing[:1] == (token,):
+            row.closing = row.closing[1:]  # still a completion from the new state
+        piece = self.vocab.token_bytes[token] if token < self.vocab.size else b""
+        row.closing_text = _hints(row.closing_text, piece)[0]
+        row.text += self.vocab.token_bytes[token] if token < self.vocab.size else b""
+        if self.stop:
+            start = max(0, before - self.longest_stop + 1)
+            hits = [i for i in (row.text.find(s, start) for s in self.stop) if i >= 0]
+            if hits:
+                del row.text[min(hits) :]
+                self._finish(row, "stop_string")
+
+    def _finish(self, row: _Row, reason: FinishReason) -> None:
+        row.finish = reason
+        row.run.finish(list(row.tokens), completed=reason == "stop")
+
+
+def _hints(closing: bytes, piece: bytes) -> list[bytes]:
+    """Likely completions after appending ``piece`` to a text that ``closing`` would complete:
+    the rest of ``closing`` when ``piece`` starts it, and ``closing`` itself (a letter added
+    inside a string leaves it valid)."""
+    if piece and closing.startswith(piece):
+        return [closing[len(piece) :], closing]
+    return [closing]

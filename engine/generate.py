@@ -1,0 +1,589 @@
+"""``generate`` and ``generate_batch``: prompt + constraint + model -> ``GenerationResult``.
+
+The one-call API::
+
+    from engine import generate
+    result = generate("A person as JSON: ", schema={"type": "object", ...}, model="models/tiny-json")
+    result.value          # the parsed JSON (a Pydantic instance when schema= is a Pydantic class)
+    result.finish_reason  # "stop" | "length" | "stop_string"
+
+Everything here is wiring: resolve the model (``LanguageModel``), the vocabulary (for the
+model's logits width and EOS ids), compile the constraint, pick the sampler, then hand over to
+``engine.decoding.decode`` — the loop that owns masking, sampling, forced tokens, stop strings
+and budget-aware closing.
+
+Reuse across calls: pass ``compiler=Compiler(vocab)`` (holds the vocabulary, the compiled
+grammars and the shared trie walks) and a loaded model or ``HFCausalLM``; with a path each call
+loads the model again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import json
+import os
+import sys
+import time
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import torch
+
+from engine.closing import ClosingPlanner
+from engine.decoding import DecodeOptions, FinishReason, FreeMatcher, decode
+from engine.lm import HFCausalLM, LanguageModel
+from grammars import CompiledGrammar, Compiler, Grammar, TokenVocabulary
+from samplers import MaskedSampler, SamplingParams, TokenSampler
+
+__all__ = [
+    "GenerationResult",
+    "SequenceSampler",
+    "generate",
+    "generate_batch",
+    "resolve_sampler",
+    "load_model",
+    "load_vocabulary",
+]
+
+SamplerName = Literal["masked", "asap", "awrs", "smc"]
+
+#: Named samplers, resolved lazily: (module, class). Imported only when asked for.
+_NAMED_SAMPLERS: dict[str, tuple[str, str]] = {
+    "masked": ("samplers.masked", "MaskedSampler"),
+    "asap": ("samplers.asap", "ASAp"),
+    "awrs": ("samplers.awrs", "AWRS"),
+    "smc": ("samplers.smc", "SMC"),
+}
+
+
+@dataclass
+class GenerationResult:
+    """One generated sequence.
+
+    ``text`` is the generated text (prompt excluded; cut before a stop string), ``token_ids`` the
+    generated tokens (EOS excluded). ``value`` is the parsed JSON for ``schema=`` generations —
+    a Pydantic instance when the schema was a Pydantic model class — or ``None`` when there is
+    no schema or the text does not parse. ``finish_reason``: ``"stop"`` (EOS at an accepting
+    state, or the grammar allowed nothing else), ``"length"`` (``max_tokens`` reached) or
+    ``"stop_string"``.
+
+    Timings (seconds): ``compile_s`` (constraint compilation, 0 on a cache hit or none),
+    ``first_token_s`` (decode start to this row's first token, prefill included) and
+    ``per_token_s`` (one entry per decoding step of this row; ``mean_token_s`` averages them).
+    ``forced_tokens`` counts tokens appended without sampling, ``budget_steered`` steps where
+    budget-aware closing overrode the sampler's first choice, ``log_weight`` the sampler's importance weight
+    (for SMC: the log marginal-likelihood estimate ``log_ml``).
+    """
+
+    text: str
+    token_ids: list[int]
+    finish_reason: FinishReason
+    value: Any = None
+    prompt_token_ids: list[int] = field(default_factory=list)
+    compile_s: float = 0.0
+    first_token_s: float | None = None
+    per_token_s: list[float] = field(default_factory=list)
+    forced_tokens: int = 0
+    budget_steered: int = 0
+    log_weight: float = 0.0
+
+    @property
+    def mean_token_s(self) -> float | None:
+        """Mean seconds per decoding step, or None when no step ran."""
+        return sum(self.per_token_s) / len(self.per_token_s) if self.per_token_s else None
+
+
+@runtime_checkable
+class SequenceSampler(Protocol):
+    """A decoder-level sampler (``samplers.SMC``): it runs its own loop over a batch logits callback.
+
+    ``run`` gets ``logits_fn(prefixes) -> [len(prefixes), width]`` where each prefix is the
+    *generated* tokens of one particle (the engine prepends the prompt and calls
+    ``LanguageModel.next_logits``), the start ``matcher`` (not modified), the token budget and a
+    generator. Its result has ``tokens`` (per particle, ending with EOS when complete),
+    ``completed``, ``log_ml`` and ``sample(generator)`` (one complete sequence in proportion to
+    the weights), as ``samplers.SMCResult`` does.
+    """
+
+    def run(self, logits_fn, matcher, *, max_tokens: int, generator: torch.Generator | None) -> Any:
+        """Sample weighted sequences from ``matcher``'s state within ``max_tokens`` steps."""
+        ...
+
+
+# --- public entry points ----------------------------------------------------------------------
+
+
+def generate(
+    prompt: str | Sequence[int],
+    *,
+    schema: Any = None,
+    regex: str | None = None,
+    grammar: str | Grammar | CompiledGrammar | None = None,
+    model: Any,
+    tokenizer: Any = None,
+    sampler: SamplerName | TokenSampler | SequenceSampler = "masked",
+    max_tokens: int = 256,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    seed: int | None = None,
+    stop: str | Sequence[str] | None = None,
+    whitespace: str | None = None,
+    compiler: Compiler | None = None,
+    chat_template: bool = False,
+    fast_forward: bool | None = None,
+    budget_closing: bool = True,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+) -> GenerationResult:
+    """Generate one completion of ``prompt`` under at most one constraint.
+
+    Constraint (at most one; none means unconstrained):
+      ``schema`` — a JSON Schema (dict, JSON text, bool) or a Pydantic model class;
+      ``regex`` — full-match regular expression;
+      ``grammar`` — GBNF text, a ``grammars.Grammar`` IR or an already ``CompiledGrammar``.
+
+    ``model``: a transformers causal LM, a path (or hub id) for ``from_pretrained``, or any
+    ``LanguageModel`` (``HFCausalLM``, ``ScriptedLM``). ``tokenizer``: a transformers tokenizer,
+    a ``TokenVocabulary``, or a path; derived from ``model`` when that is a path. ``compiler``
+    (a ``grammars.Compiler``) supplies the vocabulary and caches compiled grammars across calls.
+
+    ``sampler``: ``"masked"`` (default), ``"asap"``, ``"awrs"``, ``"smc"`` or an instance.
+    ``temperature``/``top_p``/``top_k`` configure named samplers (``temperature=0``: greedy).
+    ``seed`` seeds a ``torch.Generator`` for this call: same seed, same output.
+    ``max_tokens`` bounds generated tokens, EOS included. ``stop``: stop strings (not with
+    ``schema``, whose grammar decides the end). ``whitespace``: the JSON front end's whitespace
+    policy (``"compact"`` or ``"flexible"``), schema only. ``chat_template``: wrap the prompt as
+    one user message with the tokenizer's chat template. ``fast_forward``: append forced tokens
+    without sampling (default: on for the masked sampler). ``budget_closing``: steer to close
+    the constraint before ``max_tokens`` runs out (see ``engine.decoding``).
+
+    Raises ``ValueError``/``TypeError`` for bad arguments (the message says how to fix them),
+    and corral's typed errors (``grammars.GrammarError`` and subclasses, ``VocabularyError``)
+    unchanged.
+    """
+    return generate_batch(
+        [prompt],
+        schema=schema,
+        regex=regex,
+        grammar=grammar,
+        model=model,
+        tokenizer=tokenizer,
+        sampler=sampler,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        seed=seed,
+        stop=stop,
+        whitespace=whitespace,
+        compiler=compiler,
+        chat_template=chat_template,
+        fast_forward=fast_forward,
+        budget_closing=budget_closing,
+        device=device,
+        dtype=dtype,
+    )[0]
+
+
+def generate_batch(
+    prompts: Sequence[str | Sequence[int]],
+    *,
+    schema: Any = None,
+    regex: str | None = None,
+    grammar: str | Grammar | CompiledGrammar | None = None,
+    model: Any,
+    tokenizer: Any = None,
+    sampler: SamplerName | TokenSampler | SequenceSampler = "masked",
+    max_tokens: int = 256,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    seed: int | Sequence[int] | None = None,
+    stop: str | Sequence[str] | None = None,
+    whitespace: str | None = None,
+    compiler: Compiler | None = None,
+    chat_template: bool = False,
+    fast_forward: bool | None = None,
+    budget_closing: bool = True,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+    progress: bool = False,
+) -> list[GenerationResult]:
+    """``generate`` for several prompts in one batch (one model call per step for all rows).
+
+    Same arguments as ``generate``; the constraint applies to every prompt. ``seed`` is one int
+    (row ``i`` uses ``seed + i``), one int per prompt, or None. Row ``i`` then draws exactly
+    what ``generate(prompts[i], seed=seed + i, ...)`` draws *given the same logits*: each row
+    has its own generator and matcher. The logits of a padded batch may differ from a single
+    row's in the last float bits, so with a real model batch and sequential results agree
+    except where a draw falls on such a boundary (they matched in our float32 CPU tests); with a
+    ``ScriptedLM`` they are identical. ``progress=True`` shows a tqdm bar on stderr.
+    """
+    if isinstance(prompts, (str, bytes)):
+        raise TypeError("generate_batch takes a list of prompts; use generate() for one prompt")
+    prompts = list(prompts)
+    if not prompts:
+        return []
+    _check_one_constraint(schema, regex, grammar)
+    if whitespace is not None and schema is None:
+        raise ValueError("whitespace= applies to schema= only; set the whitespace in your regex or grammar instead")
+    stops = _stop_strings(stop)
+    if stops and schema is not None:
+        raise ValueError("stop= cannot be combined with schema=: the schema's grammar decides where the output ends")
+    seeds = _seeds(seed, len(prompts))
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    resolved = resolve_sampler(sampler, SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p))
+
+    lm, tok_source = load_model(model, tokenizer, device=device, dtype=dtype)
+    vocab = load_vocabulary(tok_source, lm, compiler)
+    compiler = compiler if compiler is not None and compiler.vocab == vocab else Compiler(vocab)
+
+    t0 = time.perf_counter()
+    compiled = _compile(compiler, vocab, schema=schema, regex=regex, grammar=grammar, whitespace=whitespace)
+    compile_s = time.perf_counter() - t0 if compiled is not None else 0.0
+
+    prompt_ids = [_encode_prompt(p, vocab, chat_template) for p in prompts]
+    device_of_logits = getattr(lm, "device", torch.device("cpu"))
+    generators = [None if s is None else torch.Generator(device=device_of_logits).manual_seed(int(s)) for s in seeds]
+
+    def new_matcher():
+        return compiled.matcher() if compiled is not None else FreeMatcher(vocab)
+
+    if isinstance(resolved, SequenceSampler) and not isinstance(resolved, TokenSampler):
+        if stops:
+            raise ValueError("stop= is not supported with a sequence-level sampler (SMC); use a token sampler")
+        return [
+            _run_sequence_sampler(resolved, lm, vocab, ids, new_matcher(), gen, max_tokens, schema, compile_s)
+            for ids, gen in zip(prompt_ids, generators)
+        ]
+
+    masked = isinstance(resolved, MaskedSampler) or bool(getattr(resolved, "premask", False))
+    options = DecodeOptions(
+        max_tokens=max_tokens,
+        stop=stops,
+        fast_forward=masked if fast_forward is None else bool(fast_forward),
+        premask=masked,
+        budget_closing=budget_closing,
+        direct_params=resolved.params if type(resolved) is MaskedSampler else None,
+    )
+    matchers = [new_matcher() for _ in prompts]
+    runs = [resolved.start(_sampler_key(p, compiled)) for p in prompt_ids]
+    planner = ClosingPlanner(vocab) if budget_closing and compiled is not None else None
+    bar = _progress_bar(progress, total=max_tokens * len(prompts))
+    try:
+        outputs = decode(
+            lm, vocab, prompt_ids, matchers, runs, generators, options,
+            planner=planner, on_tokens=bar.update if bar is not None else None,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    return [
+        _result(out.text, out.token_ids, out.finish_reason, schema, ids, compile_s, out)
+        for out, ids in zip(outputs, prompt_ids)
+    ]
+
+
+# --- resolution helpers -------------------------------------------------------------------------
+
+
+def resolve_sampler(sampler: Any, params: SamplingParams | None = None) -> Any:
+    """A sampler instance from a name (``"masked"``, ``"asap"``, ``"awrs"``, ``"smc"``) or an instance.
+
+    Named samplers are imported lazily; a name whose module is not installed raises
+    ``ValueError`` saying so. Instances must have ``start(key)`` (a ``TokenSampler``) or
+    ``run(logits_fn, matcher, ...)`` (a ``SequenceSampler``, like ``samplers.SMC``). ``params``
+    is passed to named samplers whose constructor takes ``params``.
+    """
+    if isinstance(sampler, str):
+        name = sampler.lower()
+        if name not in _NAMED_SAMPLERS:
+            choices = sorted(_NAMED_SAMPLERS)
+            raise ValueError(f"unknown sampler {sampler!r}; choose one of {choices} or pass an instance")
+        module_name, class_name = _NAMED_SAMPLERS[name]
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(
+                f"sampler {sampler!r} needs {module_name}.{class_name}, which is not available in this "
+                f"installation ({exc}); use sampler='masked' or pass a sampler instance"
+            ) from exc
+        try:
+            accepts_params = "params" in inspect.signature(cls).parameters
+        except (TypeError, ValueError):  # pragma: no cover - builtins without signatures
+            accepts_params = False
+        sampler = cls(params=params or SamplingParams()) if accepts_params else cls()
+    if callable(getattr(sampler, "start", None)) or callable(getattr(sampler, "run", None)):
+        return sampler
+    raise TypeError(
+        f"sampler must be a name or an object with start(key) (TokenSampler) or run(logits_fn, matcher, ...) "
+        f"(SequenceSampler); got {type(sampler).__name__}"
+    )
+
+
+def load_model(
+    model: Any, tokenizer: Any = None, *, device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+) -> tuple[LanguageModel, Any]:
+    """The ``LanguageModel`` for ``model`` and where its tokenizer comes from.
+
+    ``model`` may be a ``LanguageModel``, a loaded transformers model, or a path / hub id. The
+    tokenizer source is ``tokenizer`` when given, else the model's path (a path model, or a
+    loaded model whose ``name_or_path`` is a local folder).
+    """
+    if isinstance(model, LanguageModel) and not _is_transformers_model(model):
+        if device is not None or dtype is not None:
+            raise ValueError("device= and dtype= apply to a transformers model or a path, not to a LanguageModel")
+        if tokenizer is None:
+            raise TypeError("model is a LanguageModel: pass tokenizer= (a TokenVocabulary, tokenizer or path)")
+        return model, tokenizer
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model).expanduser()
+        local = path.exists()
+        source = str(path) if local else str(model)
+        lm = HFCausalLM.from_pretrained(source, device=device, dtype=dtype, local_files_only=local)
+        return lm, tokenizer if tokenizer is not None else (str(path) if local else str(model))
+    if _is_transformers_model(model):
+        lm = HFCausalLM(model, device=device, dtype=dtype)
+        if tokenizer is None:
+            name = getattr(model, "name_or_path", "") or getattr(model.config, "_name_or_path", "")
+            if name and Path(name).is_dir():
+                tokenizer = name
+            else:
+                raise TypeError("pass tokenizer= (a transformers tokenizer, TokenVocabulary or path) for this model")
+        return lm, tokenizer
+    raise TypeError(
+        f"model must be a transformers model, a path, or a LanguageModel (with next_logits); got {type(model).__name__}"
+    )
+
+
+def load_vocabulary(tokenizer: Any, lm: LanguageModel, compiler: Compiler | None = None) -> TokenVocabulary:
+    """The ``TokenVocabulary`` for ``tokenizer``, widened to the model's logits width.
+
+    EOS ids are the tokenizer's plus the model's ``generation_config.eos_token_id`` (any of
+    them ends a row, and only at an accepting state).
+    """
+    width = lm.logits_width
+    if compiler is not None:
+        vocab = compiler.vocab
+    elif isinstance(tokenizer, TokenVocabulary):
+        vocab = tokenizer
+    elif isinstance(tokenizer, (str, os.PathLike)):
+        vocab = TokenVocabulary.from_pretrained(tokenizer, logits_width=width)
+    elif tokenizer is not None and hasattr(tokenizer, "convert_ids_to_tokens"):
+        eos = _model_eos_ids(lm)
+        base = getattr(tokenizer, "eos_token_id", None)
+        if base is not None:
+            eos.add(int(base))
+        vocab = TokenVocabulary.from_tokenizer(tokenizer, eos_token_ids=eos or None, logits_width=width)
+    else:
+        raise TypeError(
+            f"tokenizer must be a TokenVocabulary, a transformers tokenizer or a path; got {type(tokenizer).__name__}"
+        )
+    if vocab.size > width:
+        raise ValueError(
+            f"the tokenizer has {vocab.size} tokens but the model scores only {width}: they do not belong together"
+        )
+    if vocab.logits_width != width:
+        if compiler is not None:
+            raise ValueError(
+                f"compiler's vocabulary has logits_width {vocab.logits_width} but the model has {width}; "
+                f"build it as TokenVocabulary.from_...(..., logits_width={width})"
+            )
+        vocab = dataclasses.replace(vocab, logits_width=width)
+    extra = _model_eos_ids(lm) - set(vocab.eos_token_ids)
+    extra = {e for e in extra if 0 <= e < vocab.size and not vocab.token_bytes[e]}
+    if extra and compiler is None:
+        vocab = dataclasses.replace(
+            vocab, eos_token_ids=vocab.eos_token_ids | extra, special_token_ids=vocab.special_token_ids | extra
+        )
+    return vocab
+
+
+# --- internals ------------------------------------------------------------------------------
+
+
+def _is_transformers_model(obj: Any) -> bool:
+    try:
+        from transformers import PreTrainedModel
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        return False
+    return isinstance(obj, PreTrainedModel)
+
+
+def _model_eos_ids(lm: Any) -> set[int]:
+    model = getattr(lm, "model", None)
+    config = getattr(model, "generation_config", None)
+    value = getattr(config, "eos_token_id", None)
+    if isinstance(value, int):
+        return {value}
+    if isinstance(value, (list, tuple)):
+        return {int(v) for v in value if isinstance(v, int)}
+    return set()
+
+
+def _check_one_constraint(schema: Any, regex: Any, grammar: Any) -> None:
+    given = [name for name, v in (("schema", schema), ("regex", regex), ("grammar", grammar)) if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"pass at most one constraint; got {' and '.join(given)}")
+    if regex is not None and not isinstance(regex, str):
+        raise TypeError(f"regex must be a str, got {type(regex).__name__}")
+
+
+def _compile(
+    compiler: Compiler, vocab: TokenVocabulary, *, schema, regex, grammar, whitespace
+) -> CompiledGrammar | None:
+    if schema is not None:
+        options = {} if whitespace is None else {"whitespace": whitespace}
+        return compiler.compile_json_schema(schema, **options)
+    if regex is not None:
+        return compiler.compile_regex(regex)
+    if grammar is None:
+        return None
+    if isinstance(grammar, CompiledGrammar):
+        if grammar.vocab != vocab:
+            raise ValueError(
+                "grammar was compiled for a different vocabulary (or logits width) than this model's; "
+                "compile it with Compiler(vocab) for the model's tokenizer, or pass the GBNF text"
+            )
+        return grammar
+    if isinstance(grammar, Grammar):
+        return compiler.compile_grammar(grammar)
+    if isinstance(grammar, str):
+        return compiler.compile_gbnf(grammar)
+    raise TypeError(f"grammar must be GBNF text, a grammars.Grammar or a CompiledGrammar; got {type(grammar).__name__}")
+
+
+def _stop_strings(stop: Any) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        stop = [stop]
+    stops = tuple(stop)
+    if not all(isinstance(s, str) and s for s in stops):
+        raise ValueError(f"stop must be a non-empty str or a list of them, got {stop!r}")
+    return stops
+
+
+def _seeds(seed: Any, n: int) -> list[int | None]:
+    if seed is None:
+        return [None] * n
+    if isinstance(seed, bool):
+        raise TypeError("seed must be an int, a list of ints or None")
+    if isinstance(seed, int):
+        return [seed + i for i in range(n)]
+    seeds = list(seed)
+    if len(seeds) != n or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise ValueError(f"seed must be an int or a list of {n} ints (one per prompt), got {seed!r}")
+    return seeds
+
+
+def _encode_prompt(prompt: Any, vocab: TokenVocabulary, chat_template: bool) -> list[int]:
+    if not isinstance(prompt, str):
+        try:
+            ids = [int(t) for t in prompt]
+        except TypeError as exc:
+            raise TypeError(f"a prompt must be a str or a list of token ids, got {type(prompt).__name__}") from exc
+        if not ids:
+            raise ValueError("an empty list of prompt token ids; pass at least one token (e.g. BOS)")
+        return ids
+    if chat_template:
+        tok = vocab.hf_tokenizer
+        if tok is None or not getattr(tok, "chat_template", None):
+            raise ValueError("chat_template=True but this tokenizer has no chat template; pass a plain prompt")
+        messages = [{"role": "user", "content": prompt}]
+        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(tok.encode(text, add_special_tokens=False))
+    ids = vocab.encode(prompt) if prompt else []
+    bos = vocab.bos_token_id
+    if bos is not None and bos not in vocab.eos_token_ids and _adds_bos(vocab):
+        ids = [bos] + ids
+    if not ids:
+        ids = [bos if bos is not None else min(vocab.eos_token_ids)]
+    return ids
+
+
+def _adds_bos(vocab: TokenVocabulary) -> bool:
+    """Whether the tokenizer puts BOS in front of a text (Llama: yes; GPT-2: no)."""
+    tok = vocab.hf_tokenizer
+    if tok is None:
+        return False
+    try:
+        ids = tok.encode("a", add_special_tokens=True)
+    except Exception:  # noqa: BLE001 - exotic tokenizers: assume no BOS
+        return False
+    return bool(ids) and ids[0] == vocab.bos_token_id
+
+
+def _sampler_key(prompt_ids: list[int], compiled: CompiledGrammar | None) -> Hashable:
+    return (tuple(prompt_ids), id(compiled))
+
+
+def _parse_value(text: str, schema: Any) -> Any:
+    if schema is None:
+        return None
+    if isinstance(schema, type) and hasattr(schema, "model_validate_json"):
+        try:
+            return schema.model_validate_json(text)
+        except ValueError:
+            return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _result(text: bytes, tokens, finish, schema, prompt_ids, compile_s, out=None) -> GenerationResult:
+    decoded = text.decode("utf-8", errors="replace")
+    return GenerationResult(
+        text=decoded,
+        token_ids=list(tokens),
+        finish_reason=finish,
+        value=_parse_value(decoded, schema),
+        prompt_token_ids=list(prompt_ids),
+        compile_s=compile_s,
+        first_token_s=getattr(out, "first_token_s", None),
+        per_token_s=list(getattr(out, "per_token_s", [])),
+        forced_tokens=getattr(out, "forced_tokens", 0),
+        budget_steered=getattr(out, "budget_steered", 0),
+        log_weight=getattr(out, "log_weight", 0.0),
+    )
+
+
+def _run_sequence_sampler(sampler, lm, vocab, prompt_ids, matcher, generator, max_tokens, schema, compile_s):
+    """One prompt through a decoder-level sampler; the returned sequence is drawn from its weights."""
+    prompt = list(prompt_ids)
+    t0 = time.perf_counter()
+    outcome = sampler.run(
+        lambda prefixes: lm.next_logits([prompt + list(p) for p in prefixes]),
+        matcher, max_tokens=max_tokens, generator=generator,
+    )
+    elapsed = time.perf_counter() - t0
+    eos = vocab.eos_token_ids
+    if any(bool(c) for c in outcome.completed):
+        tokens, finish = list(outcome.sample(generator)), "stop"
+    else:  # no particle finished within the budget: report the highest-weight one, truncated
+        best = max(range(len(outcome.tokens)), key=lambda i: float(outcome.log_weights[i]))
+        tokens, finish = list(outcome.tokens[best]), "length"
+    while tokens and tokens[-1] in eos:
+        tokens.pop()
+    result = _result(vocab.decode(tokens), tokens, finish, schema, prompt, compile_s)
+    result.log_weight = float(outcome.log_ml)
+    result.first_token_s = elapsed
+    return result
+
+
+def _progress_bar(enabled: bool, total: int):
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is an optional dependency
+        return None
+    return tqdm(total=total, unit="tok", file=sys.stderr, leave=False, disable=None)

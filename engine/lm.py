@@ -1,0 +1,396 @@
+"""The seam between decoders and models: ``LanguageModel`` and its adapters.
+
+A decoder needs one thing from a model: the next-token logits for a batch of token prefixes.
+``LanguageModel`` is that seam, two members wide (STYLE.md example 10)::
+
+    logits_width: int                                        # columns of every logits row
+    next_logits(prefixes: Sequence[Sequence[int]]) -> Tensor # [len(prefixes), logits_width]
+
+The call is *functional*: the answer depends only on the prefixes passed, never on earlier
+calls. Adapters may keep state to go faster — ``HFCausalLM`` keeps a KV cache and finds, for each
+new prefix, the cached row sharing the longest prefix with it (so extending a prefix, fast-
+forwarding several tokens, rolling back, dropping finished rows and reordering or duplicating
+rows for SMC resampling are all handled by the same call) — but that state is an optimisation
+callers never have to manage.
+
+Implementations here:
+
+* ``HFCausalLM`` — any transformers ``AutoModelForCausalLM`` (KV cache reuse via
+  ``past_key_values``, cropped with ``DynamicCache.crop`` on rollback);
+* ``ScriptedLM`` — fixed logits per step or a function of the prefix, counting its calls; the
+  mock that lets decoders be tested without weights.
+
+Errors: ``next_logits`` raises ``ValueError`` for an empty batch, an empty prefix or a token id
+outside ``[0, logits_width)``. Adapters are not thread-safe: use one per thread.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+__all__ = ["LanguageModel", "HFCausalLM", "ScriptedLM", "check_prefixes"]
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """Next-token logits for a batch of prefixes. See the module docstring for the contract."""
+
+    @property
+    def logits_width(self) -> int:
+        """Number of logits per row (may exceed the tokenizer's vocabulary: padded output layers)."""
+        ...
+
+    def next_logits(self, prefixes: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Float logits ``[len(prefixes), logits_width]`` for the token after each prefix.
+
+        The result is a fresh tensor the caller may modify in place (masking). Prefixes must be
+        non-empty (start them with BOS when the model has no natural first token).
+        """
+        ...
+
+
+def check_prefixes(prefixes: Sequence[Sequence[int]], width: int) -> list[list[int]]:
+    """Validate and copy ``prefixes`` as lists of ints; raises ``ValueError`` saying what is wrong."""
+    if isinstance(prefixes, torch.Tensor):
+        prefixes = prefixes.tolist()
+    rows = [[int(t) for t in p] for p in prefixes]
+    if not rows:
+        raise ValueError("next_logits needs at least one prefix")
+    for i, row in enumerate(rows):
+        if not row:
+            raise ValueError(f"prefix {i} is empty; start it with a BOS (or EOS) token id")
+        bad = [t for t in row if not 0 <= t < width]
+        if bad:
+            raise ValueError(f"prefix {i} holds token ids {bad[:5]} outside [0, {width})")
+    return rows
+
+
+# --- a mock ---------------------------------------------------------------------------------
+
+Script = Callable[[tuple[int, ...]], "torch.Tensor | Mapping[int, float] | Sequence[float]"]
+
+
+class ScriptedLM:
+    """A ``LanguageModel`` whose logits are scripted: for tests of decoders and samplers.
+
+    ``script`` is either
+
+    * a callable ``prefix -> logits`` (``prefix`` a tuple of ints), or
+    * a sequence of per-step logits: call ``k`` of ``next_logits`` answers ``script[k]`` for
+      every row (the last entry repeats once the script runs out).
+
+    Logits are given as a full row (tensor or sequence of ``logits_width`` floats) or as a sparse
+    mapping ``{token: logit}``, every other token getting ``default``.
+
+    Counters, for assertions: ``calls`` (invocations of ``next_logits``), ``rows`` (prefixes
+    scored in total) and ``prefixes`` (every prefix seen, in order).
+    """
+
+    def __init__(self, logits_width: int, script: Script | Sequence[Any], *, default: float = 0.0):
+        if logits_width <= 0:
+            raise ValueError(f"logits_width must be positive, got {logits_width}")
+        self._width = int(logits_width)
+        self._script = script
+        self._default = float(default)
+        self.calls = 0
+        self.rows = 0
+        self.prefixes: list[tuple[int, ...]] = []
+
+    @property
+    def logits_width(self) -> int:
+        return self._width
+
+    def next_logits(self, prefixes: Sequence[Sequence[int]]) -> torch.Tensor:
+        rows = check_prefixes(prefixes, self._width)
+        out = torch.empty((len(rows), self._width), dtype=torch.float32)
+        for i, row in enumerate(rows):
+            prefix = tuple(row)
+            if callable(self._script):
+                spec = self._script(prefix)
+            else:
+                steps = self._script
+                if not len(steps):
+                    raise ValueError("ScriptedLM script is an empty sequence")
+                spec = steps[min(self.calls, len(steps) - 1)]
+            out[i] = self._row(spec)
+            self.prefixes.append(prefix)
+        self.calls += 1
+        self.rows += len(rows)
+        return out
+
+    def _row(self, spec) -> torch.Tensor:
+        if isinstance(spec, Mapping):
+            row = torch.full((self._width,), self._default, dtype=torch.float32)
+            for token, value in spec.items():
+                row[int(token)] = float(value)
+            return row
+        row = torch.as_tensor(spec, dtype=torch.float32).reshape(-1)
+        if row.shape[0] != self._width:
+            raise ValueError(f"scripted logits have {row.shape[0]} entries, expected logits_width={self._width}")
+        return row
+
+
+# --- Hugging Face causal LMs ----------------------------------------------------------------
+
+
+@dataclass
+class _CacheRows:
+    """What the KV cache holds: per row, the token in each physical column (``-1`` = a hole).
+
+    Rows of one batch cache share their columns, so rows of different lengths (and rows that
+    advanced by different numbers of tokens) leave holes, masked out by ``attention``.
+    """
+
+    columns: list[list[int]]
+    tokens: list[list[int]]  # the real tokens of each row, in order (its logical prefix)
+    attention: torch.Tensor  # [rows, columns] long, 1 = a real token
+    last_logits: torch.Tensor  # [rows, width], logits after each row's last real token
+    cache: Any = field(repr=False)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class HFCausalLM:
+    """A transformers causal LM (``GPT2LMHeadModel``, ``LlamaForCausalLM``, any
+    ``AutoModelForCausalLM``) as a ``LanguageModel``, with KV-cache reuse across calls.
+
+    Each ``next_logits`` call maps every new prefix to the cached row sharing its longest
+    prefix (reordering or duplicating cache rows when needed), crops the cache where some row
+    diverges (``DynamicCache.crop``), and feeds only the missing tokens — several per row in one
+    forward pass when a decoder fast-forwards forced tokens. Rows of different lengths are
+    aligned with holes in the attention mask and explicit ``position_ids``.
+
+    ``use_cache=False`` recomputes every prefix from scratch (the reference the cache is tested
+    against). The model is put in eval mode; ``device``/``dtype`` move it in place
+    (``nn.Module.to``). ``logits_width`` is the width of the output layer, which may exceed the
+    tokenizer's vocabulary (padded embeddings): decoders mask the padding columns.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | str | None = None,
+        use_cache: bool = True,
+        pad_token_id: int = 0,
+    ):
+        if not callable(getattr(model, "forward", None)) or not hasattr(model, "config"):
+            kind = type(model).__name__
+            raise TypeError(f"HFCausalLM needs a transformers causal LM (a PreTrainedModel), got {kind}")
+        if dtype is not None:
+            model = model.to(dtype=_as_dtype(dtype))
+        if device is not None:
+            model = model.to(device)
+        self.model = model.eval()
+        self.use_cache = use_cache
+        self.pad_token_id = int(pad_token_id)
+        self._width = _output_width(model)
+        self._state: _CacheRows | None = None
+        self.forward_calls = 0
+        self.tokens_fed = 0
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | str | None = None,
+        local_files_only: bool = False,
+        **kwargs: Any,
+    ) -> HFCausalLM:
+        """Load with ``AutoModelForCausalLM.from_pretrained(path, ...)`` (a folder or a hub id)."""
+        from transformers import AutoModelForCausalLM
+
+        load_kwargs = dict(kwargs)
+        if dtype is not None:
+            load_kwargs["dtype"] = _as_dtype(dtype)
+        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=local_files_only, **load_kwargs)
+        return cls(model, device=device)
+
+    @property
+    def logits_width(self) -> int:
+        return self._width
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def cached_tokens(self) -> int:
+        """Physical columns held by the KV cache (holes included); 0 when empty."""
+        return 0 if self._state is None else len(self._state.columns[0])
+
+    def reset(self) -> None:
+        """Drop the KV cache (the next call prefills from scratch)."""
+        self._state = None
+
+    def next_logits(self, prefixes: Sequence[Sequence[int]]) -> torch.Tensor:
+        rows = check_prefixes(prefixes, self._width)
+        with torch.no_grad():
+            if not self.use_cache:
+                return torch.stack([self._forward_plain(row) for row in rows])
+            if self._state is None:
+                return self._prefill(rows)
+            return self._extend(rows)
+
+    # --- internals -------------------------------------------------------------------------
+
+    def _forward_plain(self, row: list[int]) -> torch.Tensor:
+        ids = torch.tensor([row], dtype=torch.long, device=self.device)
+        self.forward_calls += 1
+        self.tokens_fed += len(row)
+        out = self.model(input_ids=ids, use_cache=False)
+        return out.logits[0, -1].float().clone()
+
+    def _new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        try:
+            return DynamicCache(config=self.model.config)
+        except TypeError:  # pragma: no cover - transformers < 4.56 takes no config
+            return DynamicCache()
+
+    def _prefill(self, rows: list[list[int]]) -> torch.Tensor:
+        self._state = _CacheRows(
+            columns=[[] for _ in rows],
+            tokens=[[] for _ in rows],
+            attention=torch.zeros((len(rows), 0), dtype=torch.long),
+            last_logits=torch.zeros((len(rows), self._width), dtype=torch.float32, device=self.device),
+            cache=self._new_cache(),
+        )
+        return self._feed([list(r) for r in rows], [0] * len(rows))
+
+    def _extend(self, rows: list[list[int]]) -> torch.Tensor:
+        state = self._state
+        assert state is not None
+        # 1. each new row takes the cached row sharing its longest prefix (itself on ties)
+        sources, matched = [], []
+        for i, row in enumerate(rows):
+            own = state.tokens[i] if i < len(state.tokens) else None
+            if own is not None and row[: len(own)] == own:  # the common case: row i grew
+                sources.append(i)
+                matched.append(len(own))
+                continue
+            best, best_len = -1, -1
+            order = ([i] if own is not None else []) + [j for j in range(len(state.tokens)) if j != i]
+            for j in order:
+                n = _common_prefix(row, state.tokens[j])
+                if n > best_len:
+                    best, best_len = j, n
+                if best_len == len(row):
+                    break
+            sources.append(best)
+            matched.append(best_len)
+        if all(m == 0 for m in matched):
+            self._state = None
+            return self._prefill(rows)
+        if sources != list(range(len(state.tokens))):
+            index = torch.tensor(sources, dtype=torch.long)
+            state.cache.reorder_cache(index.to(self.device))
+            state.columns = [list(state.columns[s]) for s in sources]
+            state.tokens = [list(state.tokens[s]) for s in sources]
+            state.attention = state.attention[index]
+            state.last_logits = state.last_logits[index.to(state.last_logits.device)]
+        # 2. how many real tokens of each row stay valid, and the column to crop the cache at
+        width = len(state.columns[0])
+        crop_at = width
+        keep = []
+        for i, row in enumerate(rows):
+            cached = state.tokens[i]
+            m = matched[i]
+            exact = m == len(row) == len(cached)
+            k = len(cached) if exact else min(m, len(row) - 1)  # re-feed one token to get its logits
+            keep.append(k)
+            if k < len(cached):
+                crop_at = min(crop_at, _column_after(state.columns[i], k))
+        if crop_at == 0:
+            self._state = None
+            return self._prefill(rows)
+        if crop_at < width:
+            state.cache.crop(-(width - crop_at))  # negative: remove that many (old and new API)
+            state.columns = [c[:crop_at] for c in state.columns]
+            state.attention = state.attention[:, :crop_at]
+            state.tokens = [[t for t in c if t >= 0] for c in state.columns]
+        retained = [len(t) for t in state.tokens]
+        new = [row[r:] for row, r in zip(rows, retained)]
+        return self._feed(new, retained)
+
+    def _feed(self, new: list[list[int]], retained: list[int]) -> torch.Tensor:
+        """Append ``new[i]`` to row ``i`` (which holds ``retained[i]`` real tokens) in one forward pass."""
+        state = self._state
+        assert state is not None
+        chunk = max(map(len, new))
+        if chunk:
+            ids, att, pos = [], [], []
+            for toks, r in zip(new, retained):
+                holes = chunk - len(toks)
+                ids.append([self.pad_token_id] * holes + toks)
+                att.append([0] * holes + [1] * len(toks))
+                pos.append([max(r - 1, 0)] * holes + list(range(r, r + len(toks))))
+            chunk_att = torch.tensor(att, dtype=torch.long)
+            attention = torch.cat([state.attention, chunk_att], dim=1)
+            device = self.device
+            out = self.model(
+                input_ids=torch.tensor(ids, dtype=torch.long, device=device),
+                attention_mask=attention.to(device),
+                position_ids=torch.tensor(pos, dtype=torch.long, device=device),
+                past_key_values=state.cache,
+                use_cache=True,
+            )
+            self.forward_calls += 1
+            self.tokens_fed += sum(map(len, new))
+            last = out.logits[:, -1].float()
+            fed = torch.tensor([bool(t) for t in new], device=last.device)
+            state.last_logits = torch.where(fed[:, None], last, state.last_logits.to(last.device))
+            state.attention = attention
+            for i, toks in enumerate(new):
+                state.columns[i].extend([-1] * (chunk - len(toks)) + toks)
+                state.tokens[i].extend(toks)
+        return state.last_logits.clone()
+
+
+def _column_after(columns: list[int], k: int) -> int:
+    """The number of physical columns holding the first ``k`` real tokens of a row."""
+    if k == 0:
+        return 0
+    seen = 0
+    for col, token in enumerate(columns):
+        if token >= 0:
+            seen += 1
+            if seen == k:
+                return col + 1
+    return len(columns)
+
+
+def _output_width(model: Any) -> int:
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    config = model.config
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    size = getattr(text_config, "vocab_size", None)
+    if not isinstance(size, int):
+        raise TypeError(f"cannot tell the logits width of {type(model).__name__}: no output layer nor vocab_size")
+    return size
+
+
+def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    value = getattr(torch, str(dtype).replace("torch.", ""), None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}; use e.g. 'float32', 'bfloat16' or 'float16'")  # noqa: TRY004
+    return value

@@ -1,0 +1,35 @@
+"""JSON Schema front end: a schema document to the grammar IR (DESIGN.md §4).
+
+::
+
+    document = load_schema(schema)            # dict, bool, JSON text or a Pydantic model class
+    grammar = parse_json_schema(document, JsonSchemaOptions(whitespace="flexible"))
+    report = analyze_json_schema(document, JsonSchemaOptions(lenient=True))
+    report.grammar, report.relaxed            # what lenient mode had to drop
+
+The language is exactly the JSON texts valid under the schema (up to the key-order policy of
+``JsonSchemaOptions.property_order`` and the whitespace policy); whatever cannot be enforced
+exactly raises ``UnsupportedSchemaError`` with the keyword and its JSON pointer, or, with
+``lenient=True``, is relaxed to a superset and listed in ``SchemaReport.relaxed``. Modules:
+``document`` (loading, ``$ref``), ``compiler`` (dispatch, conjunctions), ``objects``,
+``arrays``, ``combinators`` (boolean structure, key languages), ``values`` (layout, literals),
+``scalars`` (strings and numbers).
+"""
+
+from grammars.frontends.json_schema.compiler import (
+    Relaxation,
+    SchemaReport,
+    analyze_json_schema,
+    parse_json_schema,
+)
+from grammars.frontends.json_schema.document import load_schema
+from grammars.frontends.json_schema.options import JsonSchemaOptions
+
+__all__ = [
+    "JsonSchemaOptions",
+    "load_schema",
+    "parse_json_schema",
+    "analyze_json_schema",
+    "SchemaReport",
+    "Relaxation",
+]

@@ -1,0 +1,998 @@
+"""Boolean structure: ``allOf``/``anyOf``/``oneOf``/``not``/``if``-``then``-``else``/dependencies,
+and the regular-language algebra that object keys and strings need (complement, intersection).
+
+Schemas. ``allOf`` applies every branch to the same conjunction. ``anyOf``, ``if``/``then``/
+``else`` and the dependency keywords become pending disjunctions (see ``compiler``). ``oneOf`` is
+``anyOf`` once every pair of its branches is *provably disjoint* (``provably_disjoint``: different
+types, finite value sets that the other branch rejects, a required property the other branch
+forbids or constrains to disjoint values, disjoint numeric/length/count ranges); otherwise each
+branch is intersected with the negation of the branches it may overlap (``oneOf`` of
+``required`` lists: exactly one of the properties), unsupported only when such a negation is.
+``not S`` is pushed inward (``negate``): ``S`` is a conjunction of keywords, so
+``not S`` is the union of the keywords' negations, and most keywords have a negation in the same
+vocabulary (``minimum`` <-> ``exclusiveMaximum``, ``required`` -> that property absent,
+``enum`` -> excluded values, ``pattern`` -> a complemented pattern, ``anyOf`` -> ``allOf`` of
+negations, ...). Keywords without one are *deferred*: they raise only if the type they
+constrain survives in the leaf that needs them. Synthetic schemas use internal keywords
+(``corral:nots``, ``corral:all``, ``corral:notIn``, ``corral:notPattern``, ``corral:unsupported``)
+and remember their ``origin``, so a concrete value is always judged by ``jsonschema`` on the
+real schema (``evaluate``).
+
+Languages. Patterns (JSON Schema ``pattern`` semantics: matches anywhere) become code-point
+DFAs with interval transitions; keys allowed in a ``patternProperties`` region ("matches these
+patterns, not those, and is not a declared name") are a product of such DFAs, written back as an
+anchored regular expression and handed to the scalars module's ``string_schema``, which owns
+JSON string escaping. The same path serves strings under ``not: {pattern}`` and two patterns in
+one conjunction.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any
+
+from grammars.errors import (
+    GrammarError,
+    UnsupportedGrammarError,
+    UnsupportedSchemaError,
+)
+from grammars.frontends.json_schema import scalars
+from grammars.frontends.json_schema.document import Located, escape_token
+from grammars.frontends.json_schema.values import canonical
+from grammars.frontends.regex import parse_regex
+from grammars.ir import NOTHING, Alt, Chars, Expr, Literal, Repeat, Seq
+
+if TYPE_CHECKING:  # pragma: no cover
+    from grammars.frontends.json_schema.compiler import (
+        Conjunction,
+        SchemaCompiler,
+    )
+
+__all__ = [
+    "apply_all_of", "apply_any_of", "apply_one_of", "apply_not", "apply_if", "ignore_branch",
+    "apply_dependencies", "apply_dependent_required", "apply_dependent_schemas", "apply_internal",
+    "negate", "evaluate", "overlapping_pairs", "apply_negations", "provably_disjoint", "pattern_search",
+    "add_pattern", "restricted_string", "key_regions", "CodePointDFA",
+]
+
+ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
+FORBIDDEN: dict = {"not": {}}  # a schema no value satisfies, valid in every draft (unlike `false` in draft 4)
+#: patternProperties regions are 2**patterns; more patterns than this in one object is unsupported
+MAX_KEY_PATTERNS = 6
+#: states of one code-point DFA
+MAX_DFA_STATES = 4000
+#: length of a regular expression written back from a DFA
+MAX_REGEX_CHARS = 200_000
+
+
+def _schema_list(value: Any, keyword: str, where: str) -> list:
+    if not isinstance(value, list) or not value:
+        raise GrammarError(f"malformed schema at {where}: {keyword!r} must be a non-empty array of schemas, got {value!r}")
+    return value
+
+
+def _is_true(node: Any) -> bool:
+    return node is True or node == {}
+
+
+def _synthetic(owner: Located, tag: str, node: Any, origin: tuple | None = None) -> Located:
+    return Located(node, f"{owner.pointer}!{tag}", owner.base, origin)
+
+
+# --- keyword handlers ---------------------------------------------------------------------------
+
+
+def apply_all_of(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+    for i, sub in enumerate(_schema_list(value, "allOf", part.where)):
+        c.apply(conj, c.document.child(part, sub, "allOf", str(i)))
+
+
+def apply_any_of(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+    subs = _schema_list(value, "anyOf", part.where)
+    if any(_is_true(s) for s in subs):
+        return
+    _disjunction(conj, "anyOf", part.where, [(c.document.child(part, s, "anyOf", str(i)),) for i, s in enumerate(subs)])
+
+
+def apply_one_of(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+    subs = _schema_list(value, "oneOf", part.where)
+    _disjunction(conj, "oneOf", part.where, [(c.document.child(part, s, "oneOf", str(i)),) for i, s in enumerate(subs)])
+
+
+def _disjunction(conj: "Conjunction", keyword: str, where: str, branches: list) -> None:
+    from grammars.frontends.json_schema.compiler import Disjunction
+
+    if not branches:
+        conj.types = frozenset()
+    else:
+        conj.pending.append(Disjunction(keyword, where, branches))
+
+
+def apply_not(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+    _apply_negation(c, conj, c.document.child(part, value, "not"), part.where)
+
+
+def _apply_negation(c: "SchemaCompiler", conj: "Conjunction", sub: Located, where: str) -> None:
+    alternatives = negate(c, sub)
+    if not alternatives:
+        conj.types = frozenset()
+    elif len(alternatives) == 1:
+        c.apply(conj, alternatives[0])
+    else:
+        _disjunction(conj, "not", where, [(a,) for a in alternatives])
+
+
+def apply_if(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+    node = c.active_keywords(part.node, part.where)
+    if "then" not in node and "else" not in node:
+        return  # `if` alone constrains nothing
+    doc = c.document
+    cond = doc.child(part, value, "if")
+    then = doc.child(part, node.get("then", True), "then")
+    other = doc.child(part, node.get("else", True), "else")
+    if _is_true(value):
+        c.apply(conj, then)
+        return
+    if value is False:
+        c.apply(conj, other)
+        return
+    negated = _synthetic(cond, "not", {"corral:nots": [cond]}, ("not", cond))
+    _disjunction(conj, "if", part.where, [(cond, then), (negated, other)])
+
+
+def ignore_branch(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+    """``then``/``else`` act through ``if`` (and mean nothing without it)."""
+
+
+def apply_dependencies(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+    if not isinstance(value, dict):
+        raise GrammarError(f"malformed schema at {part.where}: 'dependencies' must be an object, got {value!r}")
+    for name, dep in value.items():
+        if isinstance(dep, list):
+            _dependent_required(c, conj, part, "dependencies", name, dep)
+        elif isinstance(dep, (dict, bool)):
+            _dependent_schema(c, conj, part, "dependencies", name, dep)
+        else:
+            raise GrammarError(f"malformed schema at {part.where}: dependency {name!r} must be an array or a schema")
+
+
+def apply_dependent_required(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+    if not isinstance(value, dict):
+        raise GrammarError(f"malformed schema at {part.where}: 'dependentRequired' must be an object, got {value!r}")
+    for name, dep in value.items():
+        _dependent_required(c, conj, part, "dependentRequired", name, dep)
+
+
+def apply_dependent_schemas(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+    if not isinstance(value, dict):
+        raise GrammarError(f"malformed schema at {part.where}: 'dependentSchemas' must be an object, got {value!r}")
+    for name, dep in value.items():
+        _dependent_schema(c, conj, part, "dependentSchemas", name, dep)
+
+
+def _dependent_required(c, conj, part: Located, keyword: str, name: str, names: Any) -> None:
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise GrammarError(f"malformed schema at {part.where}: {keyword}[{name!r}] must be an array of strings")
+    if not names:
+        return
+    tag = f"{keyword}/{escape_token(name)}"
+    absent = _synthetic(part, tag + "/absent", {"properties": {name: FORBIDDEN}})
+    present = _synthetic(part, tag + "/present", {"type": "object", "required": [name, *names]})
+    _disjunction(conj, keyword, part.where, [(absent,), (present,)])
+
+
+def _dependent_schema(c, conj, part: Located, keyword: str, name: str, schema: Any) -> None:
+    if _is_true(schema):
+        return
+    tag = f"{keyword}/{escape_token(name)}"
+    absent = _synthetic(part, tag + "/absent", {"properties": {name: FORBIDDEN}})
+    present = _synthetic(part, tag + "/present", {"type": "object", "required": [name]})
+    _disjunction(conj, keyword, part.where, [(absent,), (present, c.document.child(part, schema, keyword, name))])
+
+
+def apply_internal(c: "SchemaCompiler", conj: "Conjunction", part: Located, key: str, value: Any) -> None:
+    """Internal keywords of synthetic schemas (see the module docstring)."""
+    if key == "corral:nots":
+        for sub in value:
+            _apply_negation(c, conj, sub, part.where)
+    elif key == "corral:all":
+        for sub in value:
+            c.apply(conj, sub)
+    elif key == "corral:notIn":
+        conj.excluded.extend(value)
+    elif key == "corral:notPattern":
+        conj.not_patterns.extend((p, part.where, False) for p in value)
+    elif key == "corral:unsupported":
+        for keyword, where, reason, types in value:
+            conj.deferred.append((frozenset(types or ALL_TYPES), keyword, where, reason))
+    else:  # pragma: no cover - only this module writes internal keywords
+        raise GrammarError(f"unknown internal keyword {key!r}")
+
+
+# --- negation -------------------------------------------------------------------------------------
+
+_NEGATED_BOUND = {"minimum": "exclusiveMaximum", "maximum": "exclusiveMinimum",
+                  "exclusiveMinimum": "maximum", "exclusiveMaximum": "minimum"}
+_COUNTS = {"minLength": ("string", "maxLength"), "maxLength": ("string", "minLength"),
+           "minItems": ("array", "maxItems"), "maxItems": ("array", "minItems"),
+           "minProperties": ("object", "maxProperties"), "maxProperties": ("object", "minProperties")}
+_TYPE_OF_KEYWORD = {
+    "multipleOf": "number", "additionalProperties": "object", "patternProperties": "object",
+    "propertyNames": "object", "dependencies": "object", "dependentRequired": "object",
+    "dependentSchemas": "object", "prefixItems": "array", "additionalItems": "array",
+    "contains": "array", "minContains": "array", "maxContains": "array", "uniqueItems": "array",
+}
+
+
+def negate(c: "SchemaCompiler", sub: Located) -> list[Located]:
+    """Schemas whose union is "not ``sub``" (empty list: nothing; may contain real schemas)."""
+    from grammars.frontends.json_schema.compiler import (
+        IGNORED_KEYWORDS,
+        UNSUPPORTED_KEYWORDS,
+        _normalized_number_keywords,
+        parse_type,
+    )
+
+    node = sub.node
+    if _is_true(node):
+        return []
+    if node is False:
+        return [_synthetic(sub, "not", True, ("not", sub))]
+    if not isinstance(node, dict):
+        raise GrammarError(f"malformed schema at {sub.where}: a schema must be an object or a boolean")
+    where = sub.where
+    doc = c.document
+    node = c.active_keywords(node, where)
+    pieces: list = []
+    if "$ref" in node:
+        pieces.extend(negate(c, doc.resolve(node["$ref"], sub)))
+        if doc.dialect.ref_overrides_siblings:
+            return pieces
+    numbers = _normalized_number_keywords(node, where)
+    for key, value in numbers.items():
+        if key in _NEGATED_BOUND:
+            pieces.append({"type": "number", _NEGATED_BOUND[key]: value})
+    for key, value in node.items():
+        if key in ("$ref", "then", "else") or key in IGNORED_KEYWORDS or key in _NEGATED_BOUND:
+            continue
+        if key == "type":
+            pieces.extend(_negate_type(parse_type(value, where), where))
+        elif key == "enum":
+            pieces.append({"corral:notIn": list(value)})
+        elif key == "const":
+            pieces.append({"corral:notIn": [value]})
+        elif key in _COUNTS:
+            kind, opposite = _COUNTS[key]
+            if key.startswith("min"):
+                if value > 0:
+                    pieces.append({"type": kind, opposite: value - 1})
+            else:
+                pieces.append({"type": kind, opposite: value + 1})
+        elif key == "pattern":
+            pieces.append({"type": "string", "corral:notPattern": [value]})
+        elif key == "required":
+            pieces.extend({"type": "object", "properties": {name: FORBIDDEN}} for name in value)
+        elif key == "properties" and isinstance(value, dict):
+            for name, s in value.items():
+                if not _is_true(s):
+                    inner = doc.child(sub, s, "properties", name)
+                    pieces.append({"type": "object", "required": [name], "properties": {name: {"corral:nots": [inner]}}})
+        elif key == "items" and isinstance(value, (dict, bool)):
+            if not _is_true(value):
+                pieces.append({"type": "array", "contains": {"corral:nots": [doc.child(sub, value, "items")]}})
+        elif key == "allOf":
+            pieces.extend({"corral:nots": [doc.child(sub, s, "allOf", str(i))]} for i, s in enumerate(value))
+        elif key == "anyOf":
+            pieces.append({"corral:nots": [doc.child(sub, s, "anyOf", str(i)) for i, s in enumerate(value)]})
+        elif key == "not":
+            pieces.append(doc.child(sub, value, "not"))
+        elif key == "if":
+            cond = doc.child(sub, value, "if")
+            if "then" in node:
+                pieces.append({"corral:all": [cond], "corral:nots": [doc.child(sub, node["then"], "then")]})
+            if "else" in node:
+                pieces.append({"corral:nots": [cond, doc.child(sub, node["else"], "else")]})
+        elif key == "corral:nots":
+            pieces.extend(value)
+        elif key == "corral:all":
+            pieces.extend({"corral:nots": [s]} for s in value)
+        elif key == "corral:notIn":
+            pieces.append({"enum": list(value)})
+        elif key == "corral:notPattern":
+            pieces.extend({"type": "string", "pattern": p} for p in value)
+        elif key in scalars.STRING_KEYWORDS or key in scalars.NUMBER_KEYWORDS or key in _TYPE_OF_KEYWORD or key in (
+            "items", "properties", "oneOf", "corral:unsupported") or key in UNSUPPORTED_KEYWORDS:
+            kind = "string" if key in scalars.STRING_KEYWORDS else "number" if key in scalars.NUMBER_KEYWORDS else _TYPE_OF_KEYWORD.get(key)
+            reason = f"'not' over {key!r} is not supported"
+            pieces.append({"corral:unsupported": [(key, where, reason, [kind] if kind else None)], **({"type": kind} if kind else {})})
+        # anything else is an annotation or unknown: it constrains nothing, so its negation is empty
+    out: list[Located] = []
+    for i, piece in enumerate(pieces):
+        if isinstance(piece, Located):
+            out.append(piece)
+        else:
+            out.append(_synthetic(sub, f"not{i}", piece, ("not", sub)))
+    return out
+
+
+def _negate_type(types: frozenset, where: str) -> list[dict]:
+    rest = [t for t in ALL_TYPES if t not in types and not (t == "number" and "integer" in types)]
+    pieces: list[dict] = [{"type": rest}] if rest else []
+    if "integer" in types and "number" not in types:
+        reason = "'not' over type 'integer' needs non-integer numbers"
+        pieces.append({"type": "number", "corral:unsupported": [("not", where, reason, ["number"])]})
+    return pieces
+
+
+# --- concrete values ----------------------------------------------------------------------------
+
+
+def evaluate(c: "SchemaCompiler", part: Located, value: Any) -> bool:
+    """Whether ``value`` satisfies ``part``, judged by ``jsonschema`` on real schemas."""
+    if part.origin is not None:
+        kind, inner = part.origin
+        if kind == "not":
+            return not evaluate(c, inner, value)
+    node = part.node
+    if isinstance(node, bool):
+        return node
+    internal = {k: v for k, v in node.items() if k.startswith("corral:")}
+    plain = {k: v for k, v in node.items() if not k.startswith("corral:")} if internal else node
+    if plain:
+        try:
+            if not c.validator(part.pointer, plain).is_valid(value):
+                return False
+        except Exception as exc:  # jsonschema cannot evaluate this schema (e.g. a regex it rejects)
+            raise UnsupportedSchemaError("enum", part.where, f"cannot evaluate values against this schema: {exc}") from None
+    for key, arg in internal.items():
+        if key == "corral:nots" and any(evaluate(c, s, value) for s in arg):
+            return False
+        if key == "corral:all" and not all(evaluate(c, s, value) for s in arg):
+            return False
+        if key == "corral:notIn" and canonical(value) in {canonical(v) for v in arg}:
+            return False
+        if key == "corral:notPattern" and isinstance(value, str) and any(pattern_search(c, p, value, part.where) for p in arg):
+            return False
+    return True
+
+
+# --- oneOf ------------------------------------------------------------------------------------
+
+
+def overlapping_pairs(c: "SchemaCompiler", groups: list[list["Conjunction"]]) -> set[tuple[int, int]]:
+    """Pairs of ``oneOf`` branches (by their leaves) not provably disjoint."""
+    out = set()
+    for i in range(len(groups)):
+        for j in range(i + 1, len(groups)):
+            if not all(provably_disjoint(c, a, b) for a in groups[i] for b in groups[j]):
+                out.add((i, j))
+    return out
+
+
+def apply_negations(c: "SchemaCompiler", conj: "Conjunction", parts: tuple, where: str) -> None:
+    """``conj`` and not (all of ``parts``)."""
+    if len(parts) == 1:
+        _apply_negation(c, conj, parts[0], where)
+        return
+    owner = parts[0]
+    both = _synthetic(owner, "all", {"corral:all": list(parts)})
+    _apply_negation(c, conj, both, where)
+
+
+def provably_disjoint(c: "SchemaCompiler", a: "Conjunction", b: "Conjunction", depth: int = 0) -> bool:
+    """True only when no value satisfies both ``a`` and ``b`` (a sound, incomplete test)."""
+    from grammars.frontends.json_schema.compiler import intersect_types
+
+    common = intersect_types(a.types, b.types)
+    if not common or a.is_empty or b.is_empty:
+        return True
+    for x, y in ((a, b), (b, a)):
+        if x.enum is not None:
+            from grammars.frontends.json_schema.compiler import value_has_type
+
+            values = [v for v in x.enum if value_has_type(v, x.types) and all(evaluate(c, p, v) for p in x.atoms)]
+            return all(not (value_has_type(v, y.types) and all(evaluate(c, p, v) for p in y.atoms)) for v in values)
+    return all(_type_disjoint(c, t, a, b, depth) for t in common)
+
+
+def _interval(keywords: dict, low: str, high: str, xlow: str | None = None, xhigh: str | None = None):
+    lo = keywords.get(low)
+    hi = keywords.get(high)
+    lo_x = xlow is not None and xlow in keywords and (lo is None or keywords[xlow] >= lo)
+    hi_x = xhigh is not None and xhigh in keywords and (hi is None or keywords[xhigh] <= hi)
+    if lo_x:
+        lo = keywords[xlow]
+    if hi_x:
+        hi = keywords[xhigh]
+    return lo, lo_x, hi, hi_x
+
+
+def _intervals_disjoint(p, q) -> bool:
+    a_lo, a_lx, a_hi, a_hx = p
+    b_lo, b_lx, b_hi, b_hx = q
+    if a_hi is not None and b_lo is not None and (a_hi < b_lo or (a_hi == b_lo and (a_hx or b_lx))):
+        return True
+    if b_hi is not None and a_lo is not None and (b_hi < a_lo or (b_hi == a_lo and (b_hx or a_lx))):
+        return True
+    return False
+
+
+def _type_disjoint(c: "SchemaCompiler", t: str, a: "Conjunction", b: "Conjunction", depth: int) -> bool:
+    if t in ("number", "integer"):
+        return _intervals_disjoint(
+            _interval(a.number, "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"),
+            _interval(b.number, "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"),
+        )
+    if t == "string":
+        return _intervals_disjoint(_interval(a.string, "minLength", "maxLength"), _interval(b.string, "minLength", "maxLength"))
+    if t == "array":
+        ra, rb = a.arrays, b.arrays
+        return _intervals_disjoint((ra.min_items, False, ra.max_items, False), (rb.min_items, False, rb.max_items, False))
+    if t == "object":
+        oa, ob = a.objects, b.objects
+        if _intervals_disjoint((oa.min_properties, False, oa.max_properties, False), (ob.min_properties, False, ob.max_properties, False)):
+            return True
+        for x, y in ((a, b), (b, a)):
+            for name in x.objects.required:
+                if _forbids(c, y, name):
+                    return True
+        if depth < 3:
+            for name in oa.required:
+                if name in ob.required:
+                    pa = c.conjunction(_member_parts(c, a, name))
+                    pb = c.conjunction(_member_parts(c, b, name))
+                    la, lb = c.leaves(pa), c.leaves(pb)
+                    if all(provably_disjoint(c, x, y, depth + 1) for x in la for y in lb):
+                        return True
+        return False
+    return False  # null, boolean
+
+
+def _member_parts(c: "SchemaCompiler", conj: "Conjunction", name: str) -> list[Located]:
+    return [p for rule in conj.objects.key_rules for p in rule.value_parts(name, c)]
+
+
+def _forbids(c: "SchemaCompiler", conj: "Conjunction", name: str) -> bool:
+    rules = conj.objects
+    if any(not evaluate(c, pn, name) for pn in rules.property_names):
+        return True
+    if not c.options.additional_properties_default and all(r.additional is None for r in rules.key_rules):
+        if not any(name in r.properties or any(pattern_search(c, p, name, r.where) for p, _ in r.patterns) for r in rules.key_rules):
+            return True
+    return c.conjunction(_member_parts(c, conj, name)).is_empty
+
+
+# --- strings and keys ------------------------------------------------------------------------------
+
+
+def pattern_search(c: "SchemaCompiler", pattern: str, text: str, where: str) -> bool:
+    """JSON Schema ``pattern`` semantics on a concrete string, with corral's regex dialect."""
+    return _pattern_dfa(c, pattern, where).matches(text)
+
+
+def _pattern_dfa(c: "SchemaCompiler", pattern: str, where: str) -> "CodePointDFA":
+    cache = c.__dict__.setdefault("_pattern_dfas", {})
+    dfa = cache.get(pattern)
+    if dfa is None:
+        try:
+            expr = parse_regex(pattern, search=True)
+        except UnsupportedGrammarError as exc:
+            raise UnsupportedSchemaError("pattern", where, str(exc)) from None
+        except GrammarError as exc:
+            raise GrammarError(f"malformed schema at {where}: bad pattern {pattern!r}: {exc}") from None
+        dfa = CodePointDFA.of(expr, where)
+        cache[pattern] = dfa
+    return dfa
+
+
+def add_pattern(c: "SchemaCompiler", conj: "Conjunction", pattern: str, where: str) -> None:
+    """A second ``pattern`` in one conjunction: both must match (intersection at the leaf)."""
+    conj.not_patterns.append((pattern, where, True))
+
+
+def restricted_string(c: "SchemaCompiler", conj: "Conjunction", keywords: dict, patterns: list, excluded: list) -> Expr:
+    """Strings under ``keywords`` that match every positive and no negative pattern, minus values."""
+    keywords = dict(keywords)
+    include = [(keywords.pop("pattern"), conj.string_where)] if "pattern" in keywords else []
+    include += [(p, w) for p, w, positive in patterns if positive]
+    exclude = [(p, w) for p, w, positive in patterns if not positive]
+    if not include and not exclude and not keywords:
+        return scalars.string_not_in(excluded)
+    where = conj.string_where
+    pattern = _language_pattern(c, include, exclude, excluded, where)
+    if pattern is None:
+        return NOTHING
+    return c.string_schema({**keywords, "pattern": pattern}, where)
+
+
+def key_regions(c: "SchemaCompiler", rules, known: set[str]) -> list[tuple[Expr, Expr]]:
+    """(key language, value) for every region of undeclared keys, regions pairwise disjoint."""
+    where = rules.where
+    patterns: list[str] = []
+    for rule in rules.key_rules:
+        for p, _ in rule.patterns:
+            if p not in patterns:
+                patterns.append(p)
+    if len(patterns) > MAX_KEY_PATTERNS:
+        c.unsupported("patternProperties", where, f"more than {MAX_KEY_PATTERNS} patterns in one object")
+        patterns = []  # lenient: treat every undeclared key like an unmatched one
+    closed = not c.options.additional_properties_default and all(r.additional is None for r in rules.key_rules)
+    language = _property_names_language(c, rules)
+    if language is None:
+        return []  # propertyNames admits no string: no undeclared key
+    names_kw, names_include, names_exclude, names_excluded = language
+    regions = []
+    for mask in range(1 << len(patterns)):
+        matched = {patterns[i] for i in range(len(patterns)) if mask >> i & 1}
+        if not matched and closed:
+            continue
+        parts = []
+        for rule in rules.key_rules:
+            hits = [loc for p, loc in rule.patterns if p in matched]
+            if hits:
+                parts.extend(hits)
+            elif rule.additional is not None:
+                parts.append(rule.additional)
+        value = c.value(parts)
+        if value == NOTHING:
+            continue
+        regions.append((mask, frozenset(p.pointer for p in parts), value))
+    if not regions:
+        return []
+    uniform = len(regions) == 1 << len(patterns) and len({r[1] for r in regions}) == 1
+    out = []
+    if uniform:  # every undeclared key gets the same value: no need to split by pattern
+        regions = [(None, regions[0][1], regions[0][2])]
+    for mask, _, value in regions:
+        include = list(names_include)
+        exclude = list(names_exclude)
+        if mask is not None:
+            include += [(p, where) for i, p in enumerate(patterns) if mask >> i & 1]
+            exclude += [(p, where) for i, p in enumerate(patterns) if not mask >> i & 1]
+        names = [n for n in known | set(names_excluded) if _may_contain(c, include, exclude, names_kw, n)]
+        if not include and not exclude and not names_kw:
+            key = scalars.string_not_in(sorted(names))
+        else:
+            pattern = _language_pattern(c, include, exclude, names, where)
+            if pattern is None:
+                continue
+            key = c.string_schema({**names_kw, "pattern": pattern}, where)
+        out.append((key, value))
+    return out
+
+
+def _may_contain(c: "SchemaCompiler", include, exclude, keywords: dict, name: str) -> bool:
+    if not all(pattern_search(c, p, name, w) for p, w in include):
+        return False
+    if any(pattern_search(c, p, name, w) for p, w in exclude):
+        return False
+    return c._string_in(name, keywords, [])
+
+
+def _property_names_language(c: "SchemaCompiler", rules):
+    """``propertyNames`` as string keywords, patterns to match/avoid and excluded names."""
+    keywords: dict = {}
+    include: list = []
+    exclude: list = []
+    excluded: list = []
+    for pn in rules.property_names:
+        conj = c.conjunction([pn])
+        if conj.enum is not None:
+            continue  # finite: handled as declared names by the object builder
+        if "string" not in conj.types:
+            return None
+        if conj.pending or conj.deferred or any(k != "pattern" and k in keywords for k in conj.string):
+            c.unsupported("propertyNames", pn.where, "only string keywords, patterns and excluded names are supported")
+            continue
+        for key, value in conj.string.items():
+            if key == "pattern":
+                include.append((value, conj.string_where))
+            else:
+                keywords[key] = value
+        include += [(p, w) for p, w, positive in conj.not_patterns if positive]
+        exclude += [(p, w) for p, w, positive in conj.not_patterns if not positive]
+        excluded += [v for v in conj.excluded if isinstance(v, str)]
+    return keywords, include, exclude, excluded
+
+
+def _language_pattern(c: "SchemaCompiler", include, exclude, names, where: str) -> str | None:
+    """An anchored regex for: matches every ``include``, no ``exclude``, is none of ``names``."""
+    if len(include) == 1 and not exclude and not names:
+        return include[0][0]
+    dfa = CodePointDFA.universal()
+    for p, w in include:
+        dfa = dfa.product(_pattern_dfa(c, p, w), "and", where)
+    for p, w in exclude:
+        dfa = dfa.product(_pattern_dfa(c, p, w), "diff", where)
+    if names:
+        dfa = dfa.product(CodePointDFA.of_strings(names), "diff", where)
+    text = dfa.to_regex(where)
+    return None if text is None else f"^(?:{text})$"
+
+
+# --- code-point DFAs ------------------------------------------------------------------------------
+
+MAX_CP = 0x10FFFF
+
+
+class CodePointDFA:
+    """A DFA over Unicode code points with interval transitions (partial: missing means reject).
+
+    ``trans[s]`` is a sorted list of disjoint ``(lo, hi, target)``; state 0 is the start.
+    Small by design: it holds key and pattern languages, not whole grammars.
+    """
+
+    __slots__ = ("trans", "accept")
+
+    def __init__(self, trans: list[list[tuple[int, int, int]]], accept: list[bool]):
+        self.trans = trans
+        self.accept = accept
+
+    @classmethod
+    def universal(cls) -> "CodePointDFA":
+        return cls([[(0, MAX_CP, 0)]], [True])
+
+    @classmethod
+    def of_strings(cls, strings) -> "CodePointDFA":
+        trans: list[dict[int, int]] = [{}]
+        accept = [False]
+        for s in strings:
+            state = 0
+            for ch in s:
+                nxt = trans[state].get(ord(ch))
+                if nxt is None:
+                    nxt = len(trans)
+                    trans.append({})
+                    accept.append(False)
+                    trans[state][ord(ch)] = nxt
+                state = nxt
+            accept[state] = True
+        return cls([sorted((cp, cp, t) for cp, t in row.items()) for row in trans], accept)
+
+    @classmethod
+    def of(cls, expr: Expr, where: str) -> "CodePointDFA":
+        nfa = _NFA()
+        start, final = nfa.build(expr)
+        return nfa.determinize(start, final, where).minimized()
+
+    def matches(self, text: str) -> bool:
+        state = 0
+        for ch in text:
+            cp = ord(ch)
+            row = self.trans[state]
+            i = bisect_left(row, (cp + 1,)) - 1
+            if i < 0 or row[i][1] < cp:
+                return False
+            state = row[i][2]
+        return self.accept[state]
+
+    def product(self, other: "CodePointDFA", mode: str, where: str) -> "CodePointDFA":
+        """``and`` (both accept) or ``diff`` (self accepts, other does not)."""
+        index: dict[tuple[int, int], int] = {(0, 0): 0}
+        pairs = [(0, 0)]
+        trans: list[list[tuple[int, int, int]]] = []
+        accept: list[bool] = []
+        i = 0
+        while i < len(pairs):
+            p, q = pairs[i]
+            i += 1
+            if len(pairs) > MAX_DFA_STATES:
+                raise UnsupportedSchemaError("patternProperties", where, "key language too large")
+            a_acc = self.accept[p]
+            b_acc = q >= 0 and other.accept[q]
+            accept.append(a_acc and b_acc if mode == "and" else a_acc and not b_acc)
+            row: list[tuple[int, int, int]] = []
+            for lo, hi, p2, q2 in _merge_rows(self.trans[p], other.trans[q] if q >= 0 else []):
+                if p2 < 0 or (mode == "and" and q2 < 0):
+                    continue
+                key = (p2, q2)
+                if key not in index:
+                    index[key] = len(pairs)
+                    pairs.append(key)
+                row.append((lo, hi, index[key]))
+            trans.append(row)
+        return CodePointDFA(trans, accept).minimized()
+
+    def minimized(self) -> "CodePointDFA":
+        """Trimmed (every state can accept) and minimal, start state 0; may be empty."""
+        n = len(self.trans)
+        rev: list[set[int]] = [set() for _ in range(n)]
+        for s, row in enumerate(self.trans):
+            for _, _, t in row:
+                rev[t].add(s)
+        live = {s for s in range(n) if self.accept[s]}
+        stack = list(live)
+        while stack:
+            for p in rev[stack.pop()]:
+                if p not in live:
+                    live.add(p)
+                    stack.append(p)
+        if 0 not in live:
+            return CodePointDFA([[]], [False])
+        rows = {s: [(lo, hi, t) for lo, hi, t in self.trans[s] if t in live] for s in live}
+        block = {s: int(self.accept[s]) for s in live}
+        while True:
+            sigs: dict = {}
+            new = {}
+            for s in sorted(live):
+                sig = (block[s], _coalesce(tuple((lo, hi, block[t]) for lo, hi, t in rows[s])))
+                new[s] = sigs.setdefault(sig, len(sigs))
+            if len(sigs) == len(set(block.values())):
+                block = new
+                break
+            block = new
+        order: dict[int, int] = {}
+        queue = [block[0]]
+        order[block[0]] = 0
+        rep = {}
+        for s in live:
+            rep.setdefault(block[s], s)
+        trans: list = []
+        accept: list = []
+        k = 0
+        while k < len(queue):
+            b = queue[k]
+            k += 1
+            s = rep[b]
+            row = []
+            for lo, hi, t in _coalesce(tuple((lo, hi, block[t]) for lo, hi, t in rows[s])):
+                if t not in order:
+                    order[t] = len(queue)
+                    queue.append(t)
+                row.append((lo, hi, order[t]))
+            trans.append(row)
+            accept.append(self.accept[s])
+        return CodePointDFA(trans, accept)
+
+    @property
+    def is_empty(self) -> bool:
+        return not any(self.accept)
+
+    def to_regex(self, where: str) -> str | None:
+        """A regular expression (corral's dialect, no anchors) for the language; None if empty."""
+        if self.is_empty:
+            return None
+        n = len(self.trans)
+        start, final = n, n + 1
+        edges: dict[tuple[int, int], Any] = {(start, 0): _EPS}
+        for s, row in enumerate(self.trans):
+            if self.accept[s]:
+                edges[(s, final)] = _EPS
+            for lo, hi, t in row:
+                ranges = Chars(((lo, hi),)).ranges  # code points strings can hold (no surrogates)
+                if ranges:
+                    edges[(s, t)] = _r_alt(edges.get((s, t)), ("set", ranges))
+        remaining = set(range(n))
+        while remaining:
+            ins: dict[int, list[int]] = {k: [] for k in remaining}
+            outs: dict[int, list[int]] = {k: [] for k in remaining}
+            for i, j in edges:
+                if j in remaining and i != j:
+                    ins[j].append(i)
+                if i in remaining and i != j:
+                    outs[i].append(j)
+            k = min(remaining, key=lambda s: (len(ins[s]) * len(outs[s]), s))
+            remaining.discard(k)
+            loop = edges.pop((k, k), None)
+            middle = _r_star(loop)
+            into = [(i, edges.pop((i, k))) for i in ins[k]]
+            out_of = [(j, edges.pop((k, j))) for j in outs[k]]
+            for i, a in into:
+                for j, b in out_of:
+                    edges[(i, j)] = _r_alt(edges.get((i, j)), _r_cat(a, middle, b))
+        result = edges.get((start, final))
+        if result is None:
+            return None
+        text = _render(result)
+        if len(text) > MAX_REGEX_CHARS:
+            raise UnsupportedSchemaError("patternProperties", where, "key language too large to write as a pattern")
+        return text
+
+
+def _merge_rows(a: list, b: list):
+    """Sweep two sorted interval rows: yields (lo, hi, target_a or -1, target_b or -1)."""
+    points = sorted({x for lo, hi, _ in a for x in (lo, hi + 1)} | {x for lo, hi, _ in b for x in (lo, hi + 1)})
+    ia = ib = 0
+    for lo, nxt in pairwise(points):
+        hi = nxt - 1
+        while ia < len(a) and a[ia][1] < lo:
+            ia += 1
+        while ib < len(b) and b[ib][1] < lo:
+            ib += 1
+        ta = a[ia][2] if ia < len(a) and a[ia][0] <= lo else -1
+        tb = b[ib][2] if ib < len(b) and b[ib][0] <= lo else -1
+        if ta >= 0 or tb >= 0:
+            yield lo, hi, ta, tb
+
+
+def _coalesce(row: tuple) -> tuple:
+    out: list = []
+    for lo, hi, t in row:
+        if out and out[-1][2] == t and out[-1][1] + 1 == lo:
+            out[-1] = (out[-1][0], hi, t)
+        else:
+            out.append((lo, hi, t))
+    return tuple(out)
+
+
+class _NFA:
+    def __init__(self) -> None:
+        self.eps: list[list[int]] = []
+        self.edges: list[list[tuple[tuple, int]]] = []
+
+    def new(self) -> int:
+        self.eps.append([])
+        self.edges.append([])
+        if len(self.eps) > 20 * MAX_DFA_STATES:
+            raise UnsupportedSchemaError("pattern", "#", "pattern too large for key algebra")
+        return len(self.eps) - 1
+
+    def build(self, expr: Expr) -> tuple[int, int]:
+        s, e = self.new(), self.new()
+        if isinstance(expr, Chars):
+            if expr.ranges:
+                self.edges[s].append((expr.ranges, e))
+        elif isinstance(expr, Literal):
+            cur = s
+            for ch in expr.text:
+                nxt = self.new()
+                self.edges[cur].append((((ord(ch), ord(ch)),), nxt))
+                cur = nxt
+            self.eps[cur].append(e)
+        elif isinstance(expr, Seq):
+            cur = s
+            for item in expr.items:
+                a, b = self.build(item)
+                self.eps[cur].append(a)
+                cur = b
+            self.eps[cur].append(e)
+        elif isinstance(expr, Alt):
+            for item in expr.items:
+                a, b = self.build(item)
+                self.eps[s].append(a)
+                self.eps[b].append(e)
+        elif isinstance(expr, Repeat):
+            cur = s
+            for _ in range(expr.min):
+                a, b = self.build(expr.item)
+                self.eps[cur].append(a)
+                cur = b
+            if expr.max is None:
+                a, b = self.build(expr.item)
+                self.eps[cur].append(a)
+                self.eps[b].append(cur)
+            else:
+                for _ in range(expr.max - expr.min):
+                    a, b = self.build(expr.item)
+                    self.eps[cur].append(a)
+                    self.eps[cur].append(e)
+                    cur = b
+            self.eps[cur].append(e)
+        else:
+            raise UnsupportedSchemaError("pattern", "#", f"unexpected regex node {type(expr).__name__}")
+        return s, e
+
+    def _closure(self, states) -> frozenset:
+        out = set(states)
+        stack = list(states)
+        while stack:
+            for t in self.eps[stack.pop()]:
+                if t not in out:
+                    out.add(t)
+                    stack.append(t)
+        return frozenset(out)
+
+    def determinize(self, start: int, final: int, where: str) -> CodePointDFA:
+        first = self._closure([start])
+        index = {first: 0}
+        sets = [first]
+        trans: list = []
+        accept: list = []
+        i = 0
+        while i < len(sets):
+            current = sets[i]
+            i += 1
+            if len(sets) > MAX_DFA_STATES:
+                raise UnsupportedSchemaError("pattern", where, "pattern too large for key algebra")
+            accept.append(final in current)
+            moves = [(ranges, t) for s in current for ranges, t in self.edges[s]]
+            points = sorted({x for ranges, _ in moves for lo, hi in ranges for x in (lo, hi + 1)})
+            targets: list[set[int]] = [set() for _ in points]
+            for ranges, t in moves:
+                for lo, hi in ranges:
+                    for k in range(bisect_left(points, lo), bisect_left(points, hi + 1)):
+                        targets[k].add(t)
+            row = []
+            for k in range(len(points) - 1):
+                if not targets[k]:
+                    continue
+                nxt = self._closure(targets[k])
+                if nxt not in index:
+                    index[nxt] = len(sets)
+                    sets.append(nxt)
+                row.append((points[k], points[k + 1] - 1, index[nxt]))
+            trans.append(list(_coalesce(tuple(row))))
+        return CodePointDFA(trans, accept)
+
+
+# --- regex ASTs for state elimination: ("eps",), ("set", ranges), ("cat", items), ("alt", items), ("star", x)
+
+_EPS = ("eps",)
+
+
+def _r_alt(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    items = []
+    for x in (a, b):
+        items.extend(x[1] if x[0] == "alt" else (x,))
+    sets = [x for x in items if x[0] == "set"]
+    others = []
+    for x in items:
+        if x[0] != "set" and x not in others:
+            others.append(x)
+    if len(sets) > 1:
+        merged = Chars(tuple(r for s in sets for r in s[1])).ranges
+        sets = [("set", merged)]
+    items = sets + others
+    return items[0] if len(items) == 1 else ("alt", tuple(items))
+
+
+def _r_cat(*xs):
+    items = []
+    for x in xs:
+        if x is None:
+            return None
+        if x == _EPS:
+            continue
+        items.extend(x[1] if x[0] == "cat" else (x,))
+    if not items:
+        return _EPS
+    return items[0] if len(items) == 1 else ("cat", tuple(items))
+
+
+def _r_star(x):
+    if x is None or x == _EPS:
+        return _EPS
+    if x[0] == "star":
+        return x
+    return ("star", x)
+
+
+def _render(x, context: str = "top") -> str:
+    kind = x[0]
+    if kind == "eps":
+        return ""
+    if kind == "set":
+        return _render_set(x[1])
+    if kind == "star":
+        inner = _render(x[1], "star")
+        return inner + "*"
+    if kind == "cat":
+        text = "".join(_render(i, "cat") for i in x[1])
+        return f"(?:{text})" if context == "star" else text
+    # alternation; an epsilon member becomes an optional group
+    members = [i for i in x[1] if i != _EPS]
+    optional = len(members) < len(x[1])
+    text = "|".join(_render(i, "alt") for i in members)
+    if optional:
+        return f"(?:{text})?"
+    return text if context in ("top", "alt") else f"(?:{text})"
+
+
+def _render_set(ranges) -> str:
+    ranges = Chars(tuple(ranges)).ranges  # drops surrogates
+    if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+        return _escape(ranges[0][0])
+    body = "".join(_escape(lo) if lo == hi else f"{_escape(lo)}-{_escape(hi)}" for lo, hi in ranges)
+    return f"[{body}]"
+
+
+def _escape(cp: int) -> str:
+    ch = chr(cp)
+    if ch.isascii() and (ch.isalnum() or ch == "_"):
+        return ch
+    return f"\\u{cp:04X}" if cp <= 0xFFFF else f"\\U{cp:08X}"

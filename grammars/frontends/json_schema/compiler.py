@@ -1,0 +1,849 @@
+"""Schema -> grammar IR: the driver, the conjunction of constraints, and keyword dispatch.
+
+How a schema position becomes IR
+--------------------------------
+A value position is described by a *conjunction* of subschemas (one normally; several after
+``allOf``, ``$ref`` with siblings, or merged ``properties``/``patternProperties``). ``value(parts)``
+applies every part's keywords to a ``Conjunction`` — a typed record of what is allowed: JSON types,
+a finite ``enum``, excluded values, string and number keywords (for the scalars module), object
+rules, array rules — intersecting as it goes, exactly or not at all (``UnsupportedSchemaError``).
+Disjunctions (``anyOf``, ``oneOf``, ``not`` with several outcomes, ``if``/``then``/``else``,
+``dependencies``) are kept pending and then distributed: each combination of branches is one
+*leaf* conjunction, and the value is the union of the leaves' expressions. ``oneOf`` is exact
+only when its branches are provably disjoint (``combinators.provably_disjoint``).
+
+A leaf with a finite ``enum``/``const`` is the list of those values that satisfy every part,
+decided by ``jsonschema`` itself on the concrete values (so no keyword is missed). Otherwise each
+allowed type contributes one branch: ``null``, ``true``/``false``, the scalars module's string and
+number expressions, and the array and object builders.
+
+Rules: every ``$ref`` target becomes one IR rule (so recursion becomes IR recursion), and so does
+every merged conjunction (keyed by the set of parts, which makes recursive merges terminate);
+plain subschemas are inlined. The grammar compiler later inlines small rules into DFAs.
+
+Dialects: keywords of every draft from 4 to 2020-12 are understood (``definitions``, ``id``,
+``dependencies``, boolean ``exclusiveMinimum``, array-form ``items`` + ``additionalItems``);
+``$ref`` siblings are ignored in drafts 4–7 and applied from 2019-09 on, as the drafts say.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from grammars.errors import (
+    GrammarError,
+    UnsupportedSchemaError,
+)
+from grammars.frontends.json_schema import arrays, combinators, objects, scalars
+from grammars.frontends.json_schema.document import (
+    Located,
+    SchemaDocument,
+)
+from grammars.frontends.json_schema.options import JsonSchemaOptions
+from grammars.frontends.json_schema.values import (
+    Layout,
+    canonical,
+    dedupe,
+    json_type,
+    literal_values,
+)
+from grammars.ir import EMPTY, NOTHING, Expr, Grammar, Literal, Ref, alt
+
+__all__ = [
+    "SchemaReport",
+    "Relaxation",
+    "parse_json_schema",
+    "analyze_json_schema",
+    "SchemaCompiler",
+    "Conjunction",
+]
+
+#: JSON types; ``integer`` is the subset of ``number`` with no fractional part
+TYPE_NAMES = frozenset({"null", "boolean", "object", "array", "string", "number", "integer"})
+ALL_TYPES = frozenset({"null", "boolean", "object", "array", "string", "number"})
+
+#: keywords with no validation meaning (annotations and document structure)
+IGNORED_KEYWORDS = frozenset(
+    {
+        "$schema", "$id", "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$defs", "definitions",
+        "$vocabulary", "$comment", "title", "description", "default", "examples", "readOnly",
+        "writeOnly", "deprecated", "contentEncoding", "contentMediaType", "contentSchema",
+    }
+)
+#: keywords of some draft that validators enforce and this compiler does not
+UNSUPPORTED_KEYWORDS = frozenset(
+    {
+        "$dynamicRef", "$recursiveRef", "unevaluatedProperties", "unevaluatedItems", "extends",
+        "disallow", "divisibleBy",
+    }
+)
+#: keywords a draft does not define are not keywords there: validators ignore them, and so do we
+#: (recorded in ``SchemaReport.ignored``). First and last draft (inclusive) defining each.
+KEYWORD_DRAFTS = {
+    "const": (6, 2020), "contains": (6, 2020), "propertyNames": (6, 2020),
+    "if": (7, 2020), "then": (7, 2020), "else": (7, 2020),
+    "dependencies": (4, 7), "dependentRequired": (2019, 2020), "dependentSchemas": (2019, 2020),
+    "minContains": (2019, 2020), "maxContains": (2019, 2020), "prefixItems": (2020, 2020),
+    "$anchor": (2019, 2020), "unevaluatedProperties": (2019, 2020), "unevaluatedItems": (2019, 2020),
+    "$recursiveRef": (2019, 2019), "$recursiveAnchor": (2019, 2019), "$dynamicRef": (2020, 2020),
+    "$dynamicAnchor": (2020, 2020),
+}
+#: a disjunction may expand into at most this many leaves
+MAX_LEAVES = 256
+#: nesting of ``$ref``/``allOf``/``not`` applications before the schema is declared degenerate
+MAX_APPLY_DEPTH = 200
+#: internal keywords of synthetic schemas (never valid in user schemas: ``:`` is not used by drafts)
+INTERNAL = "corral:"
+
+
+@dataclass(frozen=True)
+class Relaxation:
+    """A constraint ``lenient=True`` dropped: the grammar accepts a superset at ``pointer``."""
+
+    keyword: str
+    pointer: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SchemaReport:
+    """What ``analyze_json_schema`` learned while compiling a schema.
+
+    ``grammar``: the IR. ``relaxed``: constraints dropped under ``lenient=True`` (empty means the
+    grammar is exact, up to the documented key-order policy). ``ignored``: keywords that are
+    not JSON Schema (validators ignore them too), as ``(keyword, pointer)``. ``narrowed``: places
+    where the grammar accepts fewer valid texts than the schema by design, e.g. an object too big
+    for ``property_order="any"`` that falls back to schema order.
+    """
+
+    grammar: Grammar
+    relaxed: tuple[Relaxation, ...] = ()
+    ignored: tuple[tuple[str, str], ...] = ()
+    narrowed: tuple[str, ...] = ()
+
+    @property
+    def exact(self) -> bool:
+        return not self.relaxed
+
+
+def parse_json_schema(document: dict | bool, options: JsonSchemaOptions | None = None) -> Grammar:
+    """The grammar of JSON texts valid under ``document`` (a loaded schema, see ``load_schema``).
+
+    Raises ``UnsupportedSchemaError`` (keyword, pointer) for constraints it cannot enforce
+    exactly unless ``options.lenient``; ``GrammarError`` for malformed schemas and dangling
+    ``$ref``s. Use ``analyze_json_schema`` to also learn what ``lenient`` relaxed.
+    """
+    return analyze_json_schema(document, options).grammar
+
+
+def analyze_json_schema(document: dict | bool, options: JsonSchemaOptions | None = None) -> SchemaReport:
+    """``parse_json_schema`` plus a ``SchemaReport`` of relaxed, ignored and narrowed constraints."""
+    options = options or JsonSchemaOptions()
+    return SchemaCompiler(SchemaDocument.of(document), options).run()
+
+
+# --- type sets -------------------------------------------------------------------------------
+
+
+def intersect_types(a: frozenset, b: frozenset) -> frozenset:
+    out = set((a & b) - {"number", "integer"})
+    a_num, b_num = "number" in a, "number" in b
+    if a_num and b_num:
+        out.add("number")
+    elif (a_num or "integer" in a) and (b_num or "integer" in b):
+        out.add("integer")
+    return frozenset(out)
+
+
+def parse_type(value: Any, where: str) -> frozenset:
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise GrammarError(f"malformed schema at {where}: 'type' must be a type name or a list of them, got {value!r}")
+    bad = [n for n in names if n not in TYPE_NAMES]
+    if bad:
+        raise GrammarError(f"malformed schema at {where}: unknown type {bad[0]!r} (expected one of {sorted(TYPE_NAMES)})")
+    types = frozenset(names)
+    return types - {"integer"} if "number" in types else types
+
+
+def value_has_type(value: Any, types: frozenset) -> bool:
+    t = json_type(value)
+    if t == "integer":
+        return "integer" in types or "number" in types
+    return t in types
+
+
+# --- the conjunction -------------------------------------------------------------------------
+
+
+@dataclass
+class Disjunction:
+    """Pending alternatives: each branch is a conjunction of parts."""
+
+    keyword: str  # anyOf | oneOf | not | if | dependencies ...
+    where: str
+    branches: list[tuple[Located, ...]]
+
+
+@dataclass
+class Conjunction:
+    """Everything one value must satisfy, as far as applied so far."""
+
+    types: frozenset = ALL_TYPES
+    enum: list | None = None
+    excluded: list = field(default_factory=list)
+    string: dict = field(default_factory=dict)
+    string_where: str = "#"
+    not_patterns: list = field(default_factory=list)  # (pattern, where)
+    number: dict = field(default_factory=dict)
+    number_where: str = "#"
+    objects: objects.ObjectRules = field(default_factory=lambda: objects.ObjectRules())
+    arrays: arrays.ArrayRules = field(default_factory=lambda: arrays.ArrayRules())
+    pending: list = field(default_factory=list)
+    atoms: list = field(default_factory=list)  # Located parts, for evaluating concrete values
+    applied: set = field(default_factory=set)
+    deferred: list = field(default_factory=list)  # (types, keyword, where, reason)
+
+    def copy(self) -> "Conjunction":
+        return Conjunction(
+            types=self.types,
+            enum=None if self.enum is None else list(self.enum),
+            excluded=list(self.excluded),
+            string=dict(self.string),
+            string_where=self.string_where,
+            not_patterns=list(self.not_patterns),
+            number=dict(self.number),
+            number_where=self.number_where,
+            objects=self.objects.copy(),
+            arrays=self.arrays.copy(),
+            pending=list(self.pending),
+            atoms=list(self.atoms),
+            applied=set(self.applied),
+            deferred=list(self.deferred),
+        )
+
+    def restrict_types(self, types: frozenset) -> None:
+        self.types = intersect_types(self.types, types)
+
+    def restrict_enum(self, values: list) -> None:
+        if self.enum is None:
+            self.enum = dedupe(values)
+        else:
+            keep = {canonical(v) for v in values}
+            self.enum = [v for v in self.enum if canonical(v) in keep]
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.types or (self.enum is not None and not self.enum)
+
+
+# --- the compiler -------------------------------------------------------------------------------
+
+
+class SchemaCompiler:
+    """Compiles one document under one set of options. Single use: call ``run()`` once.
+
+    The family modules (``objects``, ``arrays``, ``combinators``) call back into it through
+    ``value``, ``apply``, ``satisfies``, ``unsupported``, ``add_rule`` and the attributes
+    ``document``, ``options``, ``layout``.
+    """
+
+    def __init__(self, document: SchemaDocument, options: JsonSchemaOptions):
+        self.document = document
+        self.options = options
+        self.layout = Layout(options)
+        self.rules: dict[str, Expr] = {}
+        self._rule_of: dict[frozenset, str] = {}
+        self._inline: dict[frozenset, Expr] = {}
+        self._building: dict[frozenset, str | None] = {}
+        self._validators: dict[str, Any] = {}
+        self._names: set[str] = set()
+        self._relaxed: list[Relaxation] = []
+        self._ignored: list[tuple[str, str]] = []
+        self._narrowed: list[str] = []
+        self._depth = 0
+
+    def run(self) -> SchemaReport:
+        root = self.value((self.document.located_root(),), rule=True)
+        self.rules["start"] = self.layout.document(root)
+        grammar = Grammar.of(dict(self.rules), "start", source="<json schema>")
+        return SchemaReport(grammar, tuple(dict.fromkeys(self._relaxed)), tuple(dict.fromkeys(self._ignored)), tuple(dict.fromkeys(self._narrowed)))
+
+    # --- errors, relaxations ---------------------------------------------------------------
+
+    def unsupported(self, keyword: str, where: str, reason: str) -> None:
+        """Raise, or under ``lenient`` record the relaxation and return (the caller drops it)."""
+        if not self.options.lenient:
+            raise UnsupportedSchemaError(keyword, where, reason)
+        self._relaxed.append(Relaxation(keyword, where, reason))
+
+    def narrowed(self, note: str) -> None:
+        self._narrowed.append(note)
+
+    # --- rules ---------------------------------------------------------------------------
+
+    def add_rule(self, hint: str, expr: Expr) -> Expr:
+        """``expr`` as a fresh named rule (a ``Ref``); trivial expressions stay inline."""
+        if expr in (NOTHING, EMPTY) or isinstance(expr, (Literal, Ref)):
+            return expr
+        name = self._fresh(hint)
+        self.rules[name] = expr
+        return Ref(name)
+
+    def add_recursive_rule(self, hint: str, build) -> Expr:
+        """A fresh rule whose body ``build(ref)`` may refer to the rule itself through ``ref``."""
+        name = self._fresh(hint)
+        self.rules[name] = NOTHING
+        self.rules[name] = build(Ref(name))
+        return Ref(name)
+
+    def _fresh(self, hint: str) -> str:
+        name = hint
+        n = 1
+        while name in self._names:
+            n += 1
+            name = f"{hint}~{n}"
+        self._names.add(name)
+        return name
+
+    def any_value(self) -> Expr:
+        """Any JSON value (the ``true`` schema), as the shared recursive rule ``json_value``."""
+        if "json_value" not in self._names:
+            self._names.add("json_value")
+            lay = self.layout
+            ref = Ref("json_value")
+            self.rules["json_value"] = NOTHING
+            string = scalars.string_schema({}, "#", self.options)
+            self.rules["json_value"] = alt(
+                [
+                    Literal("null"),
+                    Literal("true"),
+                    Literal("false"),
+                    scalars.number_schema({}, "#", self.options, integer=False),
+                    string,
+                    lay.array(lay.repeated(ref, 0, None)),
+                    lay.object(lay.repeated(lay.member(string, ref), 0, None)),
+                ]
+            )
+        return Ref("json_value")
+
+    # --- values ----------------------------------------------------------------------------
+
+    def value(self, parts: Iterable[Located], *, rule: bool = False) -> Expr:
+        """The JSON values satisfying every schema in ``parts`` (an empty conjunction: any value)."""
+        resolved: list[Located] = []
+        via_ref = rule
+        seen: set[str] = set()
+        for part in parts:
+            part, followed = self._follow_plain_refs(part)
+            via_ref |= followed
+            node = part.node
+            if node is False:
+                return NOTHING
+            if node is True or node == {} or part.pointer in seen:
+                continue
+            if not isinstance(node, dict):
+                raise GrammarError(f"malformed schema at {part.where}: a schema must be an object or a boolean, got {type(node).__name__}")
+            seen.add(part.pointer)
+            resolved.append(part)
+        if not resolved:
+            return self.any_value()
+        key = frozenset(seen)
+        name = self._rule_of.get(key)
+        if name is not None:
+            return Ref(name)
+        if key in self._inline:  # asked for twice: share it as a rule
+            name = self._fresh(_rule_hint(resolved))
+            self.rules[name] = self._inline.pop(key)
+            self._rule_of[key] = name
+            return Ref(name)
+        if key in self._building:  # recursion through merged $refs: this conjunction needs a rule
+            name = self._building[key] or self._fresh(_rule_hint(resolved))
+            self._building[key] = name
+            return Ref(name)
+        if via_ref or len(resolved) > 1 or any("$ref" in p.node for p in resolved):
+            name = self._fresh(_rule_hint(resolved))
+            self._rule_of[key] = name
+            self.rules[name] = NOTHING  # placeholder while building (recursion sees the Ref)
+            self.rules[name] = self._build(resolved)
+            return Ref(name)
+        self._building[key] = None
+        try:
+            expr = self._build(resolved)
+        finally:
+            name = self._building.pop(key)
+        if name is not None:
+            self.rules[name] = expr
+            self._rule_of[key] = name
+            return Ref(name)
+        self._inline[key] = expr
+        return expr
+
+    def _follow_plain_refs(self, part: Located) -> tuple[Located, bool]:
+        """Replace a schema that is only a ``$ref`` (plus annotations) by its target."""
+        followed = False
+        for _ in range(MAX_APPLY_DEPTH):
+            node = part.node
+            if not (isinstance(node, dict) and "$ref" in node):
+                break
+            if not self.document.dialect.ref_overrides_siblings and any(
+                k not in IGNORED_KEYWORDS and k != "$ref" and not self._is_unknown(k) for k in node
+            ):
+                break
+            try:
+                part = self.document.resolve(node["$ref"], part)
+            except UnsupportedSchemaError as exc:
+                self.unsupported(exc.keyword, exc.pointer, exc.reason)
+                return Located(True, part.pointer + "!relaxed", part.base), followed
+            followed = True
+        else:
+            raise UnsupportedSchemaError("$ref", part.where, "a cycle of references that never reaches a schema")
+        return part, followed
+
+    def _build(self, parts: list[Located]) -> Expr:
+        conj = self.conjunction(parts)
+        if len(conj.pending) == 1 and conj.pending[0].keyword in ("anyOf", "oneOf") and _unconstrained(conj):
+            # a bare anyOf (or a oneOf of disjoint branches): each branch is a value of its own,
+            # so a $ref branch stays one shared rule
+            disjunction = conj.pending[0]
+            disjoint = disjunction.keyword == "anyOf" or not combinators.overlapping_pairs(
+                self, [self.leaves(self.conjunction(branch), [MAX_LEAVES]) for branch in disjunction.branches]
+            )
+            if disjoint:
+                return alt(self.value(branch) for branch in disjunction.branches)
+        return alt(self._leaf(leaf) for leaf in self.leaves(conj))
+
+    def conjunction(self, parts: Iterable[Located]) -> Conjunction:
+        conj = Conjunction()
+        for part in parts:
+            self.apply(conj, part)
+        return conj
+
+    # --- applying keywords -------------------------------------------------------------------
+
+    def apply(self, conj: Conjunction, part: Located) -> None:
+        """Intersect ``conj`` with the schema ``part`` (idempotent per schema)."""
+        if part.pointer in conj.applied:
+            return
+        conj.applied.add(part.pointer)
+        node = part.node
+        if node is True:
+            return
+        if node is False:
+            conj.types = frozenset()
+            return
+        if not isinstance(node, dict):
+            raise GrammarError(f"malformed schema at {part.where}: a schema must be an object or a boolean, got {type(node).__name__}")
+        self._depth += 1
+        try:
+            if self._depth > MAX_APPLY_DEPTH:
+                raise UnsupportedSchemaError("$ref", part.where, "schema applies itself without end")
+            conj.atoms.append(part)
+            if "$ref" in node:
+                try:
+                    self.apply(conj, self.document.resolve(node["$ref"], part))
+                except UnsupportedSchemaError as exc:
+                    self.unsupported(exc.keyword, exc.pointer, exc.reason)
+                if self.document.dialect.ref_overrides_siblings:
+                    return
+            self._apply_keywords(conj, part, node)
+        finally:
+            self._depth -= 1
+
+    def active_keywords(self, node: dict, where: str) -> dict:
+        """``node`` without the keywords its draft does not define (those are recorded as ignored)."""
+        dialect = int(self.document.dialect)
+        inactive = [k for k in node if k in KEYWORD_DRAFTS and not KEYWORD_DRAFTS[k][0] <= dialect <= KEYWORD_DRAFTS[k][1]]
+        if not inactive:
+            return node
+        self._ignored.extend((k, where) for k in inactive)
+        return {k: v for k, v in node.items() if k not in inactive}
+
+    def _apply_keywords(self, conj: Conjunction, part: Located, node: dict) -> None:
+        where = part.where
+        node = self.active_keywords(node, where)
+        for family in (objects.apply_object_keywords, arrays.apply_array_keywords, self._apply_scalar_keywords):
+            try:
+                family(self, conj, part, node)
+            except UnsupportedSchemaError as exc:
+                self.unsupported(exc.keyword, exc.pointer, exc.reason)
+        for key, value in node.items():
+            if key in _CONSUMED:
+                continue
+            handler = _HANDLERS.get(key)
+            if handler is not None:
+                try:
+                    handler(self, conj, part, value)
+                except UnsupportedSchemaError as exc:
+                    self.unsupported(exc.keyword, exc.pointer, exc.reason)
+            elif key in IGNORED_KEYWORDS or key == "$ref":
+                continue
+            elif key in UNSUPPORTED_KEYWORDS:
+                if not _trivial_unsupported(key, value):
+                    self.unsupported(key, where, f"{key!r} is not supported")
+            elif key.startswith(INTERNAL):
+                combinators.apply_internal(self, conj, part, key, value)
+            elif self._is_unknown(key):
+                if self.options.unknown_keywords == "error" and not key.startswith("x-"):
+                    raise UnsupportedSchemaError(key, where, "not a JSON Schema keyword (unknown_keywords='error')")
+                self._ignored.append((key, where))
+
+    def _is_unknown(self, key: str) -> bool:
+        """Not a keyword of any draft (``id`` is one only in draft 4)."""
+        if key == "id":
+            return self.document.dialect.id_keyword != "id"
+        return not (
+            key in _HANDLERS or key in _CONSUMED or key in IGNORED_KEYWORDS or key in UNSUPPORTED_KEYWORDS
+            or key == "$ref" or key.startswith(INTERNAL)
+        )
+
+    def _apply_scalar_keywords(self, compiler: "SchemaCompiler", conj: Conjunction, part: Located, node: dict) -> None:
+        strings = {k: v for k, v in node.items() if k in scalars.STRING_KEYWORDS}
+        if strings:
+            _merge_string_keywords(self, conj, strings, part.where)
+        numbers = _normalized_number_keywords(node, part.where)
+        if numbers:
+            _merge_number_keywords(conj, numbers, part.where)
+
+    # --- disjunctions -------------------------------------------------------------------------
+
+    def leaves(self, conj: Conjunction, budget: list[int] | None = None) -> list[Conjunction]:
+        """Distribute pending disjunctions: conjunctions without any, whose union is ``conj``."""
+        budget = budget if budget is not None else [MAX_LEAVES]
+        if conj.is_empty:
+            return []
+        if conj.enum is not None or not conj.pending:
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise UnsupportedSchemaError("anyOf", conj.pending[0].where if conj.pending else "#", f"more than {MAX_LEAVES} combinations of alternatives")
+            return [conj]
+        rest = conj.copy()
+        disjunction = rest.pending.pop(0)
+        groups: list[list[Conjunction]] = []
+        for branch in disjunction.branches:
+            option = rest.copy()
+            for part in branch:
+                self.apply(option, part)
+            groups.append(self.leaves(option, budget))
+        if disjunction.keyword == "oneOf":
+            # judge overlaps without the atoms applied so far: they include the schema holding
+            # this oneOf, whose validation (exactly one branch) would make any overlap look empty
+            probe = rest.copy()
+            probe.atoms = []
+            probes = []
+            for branch in disjunction.branches:
+                option = probe.copy()
+                for part in branch:
+                    self.apply(option, part)
+                probes.append(self.leaves(option, [MAX_LEAVES]))
+            overlapping = combinators.overlapping_pairs(self, probes)
+            if overlapping:
+                groups = self._exclusive(rest, disjunction, overlapping, groups, budget)
+        return [leaf for group in groups for leaf in group]
+
+    def _exclusive(self, rest: Conjunction, disjunction: Disjunction, overlapping: set, groups: list, budget: list[int]) -> list:
+        """``oneOf`` whose branches may overlap: branch ``i`` and not every branch it overlaps.
+
+        ``oneOf(B1..Bk) = OR_i (Bi AND NOT Bj for j != i)``; only overlapping pairs need the
+        negation. Unsupported when a needed negation is (the leaf would keep a deferred keyword);
+        under ``lenient`` the branches are then taken as ``anyOf``.
+        """
+        out = []
+        for i, branch in enumerate(disjunction.branches):
+            option = rest.copy()
+            for part in branch:
+                self.apply(option, part)
+            before = set(option.deferred)
+            for j, other in enumerate(disjunction.branches):
+                if j != i and (min(i, j), max(i, j)) in overlapping:
+                    combinators.apply_negations(self, option, other, disjunction.where)
+            leaves = self.leaves(option, budget)
+            for leaf in leaves:
+                for types, keyword, where, reason in leaf.deferred:
+                    if (types, keyword, where, reason) not in before and intersect_types(types, leaf.types):
+                        self.unsupported("oneOf", disjunction.where, f"branches may overlap and excluding one needs {reason} (at {where})")
+                        return groups
+            out.append(leaves)
+        return out
+
+    # --- concrete values -------------------------------------------------------------------
+
+    def satisfies(self, value: Any, part: Located) -> bool:
+        """Does the concrete JSON ``value`` satisfy the (possibly synthetic) schema ``part``?"""
+        return combinators.evaluate(self, part, value)
+
+    def validator(self, pointer: str, node: Any):
+        """A ``jsonschema`` validator of the document's draft for ``node`` (refs resolve in the document)."""
+        hit = self._validators.get(pointer)
+        if hit is None:
+            import jsonschema
+
+            classes = {4: jsonschema.Draft4Validator, 6: jsonschema.Draft6Validator, 7: jsonschema.Draft7Validator,
+                       2019: jsonschema.Draft201909Validator, 2020: jsonschema.Draft202012Validator}
+            cls = classes[int(self.document.dialect)]
+            root = self._validators.get("<root>")
+            if root is None:
+                root = cls(self.document.root, format_checker=cls.FORMAT_CHECKER)
+                self._validators["<root>"] = root
+            hit = root.evolve(schema=node)
+            self._validators[pointer] = hit
+        return hit
+
+    # --- leaves ---------------------------------------------------------------------------------
+
+    def _leaf(self, conj: Conjunction) -> Expr:
+        if conj.is_empty:
+            return NOTHING
+        if conj.enum is not None:
+            keep = [v for v in conj.enum if value_has_type(v, conj.types) and all(self.satisfies(v, a) for a in conj.atoms)]
+            return literal_values(keep, self.layout)
+        self._check_deferred(conj)
+        excluded = _excluded_by_type(conj)
+        branches: list[Expr] = []
+        if "null" in conj.types and "null" not in excluded:
+            branches.append(Literal("null"))
+        if "boolean" in conj.types:
+            gone = excluded.get("boolean", [])
+            branches += [Literal(t) for t, v in (("true", True), ("false", False)) if v not in gone]
+        if "string" in conj.types:
+            branches.append(self._string(conj, excluded.get("string", [])))
+        if "number" in conj.types or "integer" in conj.types:
+            branches.append(self._number(conj, excluded.get("number", [])))
+        if "array" in conj.types:
+            branches.append(arrays.array_expr(self, conj))
+        if "object" in conj.types:
+            branches.append(objects.object_expr(self, conj))
+        for kind in ("array", "object"):
+            if excluded.get(kind) and kind in conj.types:
+                self.unsupported("not", conj.string_where, f"excluding particular {kind} values is not supported")
+        return alt(branches)
+
+    def _check_deferred(self, conj: Conjunction) -> None:
+        for types, keyword, where, reason in conj.deferred:
+            if intersect_types(frozenset(types), conj.types):
+                self.unsupported(keyword, where, reason)
+
+    def _string(self, conj: Conjunction, excluded: list) -> Expr:
+        keywords = dict(conj.string)
+        patterns = list(conj.not_patterns)
+        excluded = [v for v in excluded if self._string_in(v, keywords, patterns)]
+        if patterns or excluded:
+            return combinators.restricted_string(self, conj, keywords, patterns, excluded)
+        return self.string_schema(keywords, conj.string_where)
+
+    def string_schema(self, keywords: dict, where: str) -> Expr:
+        """The scalars module's string expression; under ``lenient``, retried without what it rejects."""
+        keywords = dict(keywords)
+        while True:
+            try:
+                return scalars.string_schema(keywords, where, self.options, narrowed=self.narrowed)
+            except UnsupportedSchemaError as exc:
+                self.unsupported(exc.keyword, exc.pointer, exc.reason)
+                if exc.keyword in keywords:
+                    del keywords[exc.keyword]
+                elif keywords:
+                    keywords = {}
+                else:
+                    raise
+
+    def _string_in(self, value: str, keywords: dict, patterns: list) -> bool:
+        """Is ``value`` a string ``keywords`` and ``patterns`` (pattern, where, positive) allow?"""
+        node = {"type": "string", **{k: v for k, v in keywords.items() if k != "pattern"}}
+        try:
+            ok = self.validator(f"<string {sorted(node.items())!r}>", node).is_valid(value)
+        except Exception:  # a keyword jsonschema cannot evaluate: assume the value may be allowed
+            ok = True
+        checks = list(patterns) + ([(keywords["pattern"], "#", True)] if "pattern" in keywords else [])
+        return ok and all(combinators.pattern_search(self, p, value, w) == positive for p, w, positive in checks)
+
+    def _number(self, conj: Conjunction, excluded: list) -> Expr:
+        integer = "number" not in conj.types
+        keywords = dict(conj.number)
+        node = {"type": "integer" if integer else "number", **keywords}
+        live = []
+        for v in excluded:
+            try:
+                if self.validator(f"<number {sorted(node.items())!r}>", node).is_valid(v):
+                    live.append(v)
+            except Exception:  # a keyword jsonschema cannot evaluate: assume the value may be allowed
+                live.append(v)
+        if live:
+            self.unsupported("not", conj.number_where, f"excluding particular numbers ({live[:3]!r}) is not supported")
+        while True:
+            try:
+                return scalars.number_schema(keywords, conj.number_where, self.options, integer=integer)
+            except UnsupportedSchemaError as exc:
+                self.unsupported(exc.keyword, exc.pointer, exc.reason)
+                if exc.keyword in keywords:
+                    del keywords[exc.keyword]
+                elif keywords:
+                    keywords = {}
+                else:
+                    raise
+
+
+# --- keyword handlers (generic families) ------------------------------------------------------
+
+
+def _type(c: SchemaCompiler, conj: Conjunction, part: Located, value: Any) -> None:
+    conj.restrict_types(parse_type(value, part.where))
+
+
+def _enum(c: SchemaCompiler, conj: Conjunction, part: Located, value: Any) -> None:
+    if not isinstance(value, list):
+        raise GrammarError(f"malformed schema at {part.where}: 'enum' must be an array, got {value!r}")
+    conj.restrict_enum(value)
+
+
+def _const(c: SchemaCompiler, conj: Conjunction, part: Located, value: Any) -> None:
+    conj.restrict_enum([value])
+
+
+_HANDLERS = {
+    "type": _type,
+    "enum": _enum,
+    "const": _const,
+    "allOf": combinators.apply_all_of,
+    "anyOf": combinators.apply_any_of,
+    "oneOf": combinators.apply_one_of,
+    "not": combinators.apply_not,
+    "if": combinators.apply_if,
+    "then": combinators.ignore_branch,
+    "else": combinators.ignore_branch,
+    "dependencies": combinators.apply_dependencies,
+    "dependentRequired": combinators.apply_dependent_required,
+    "dependentSchemas": combinators.apply_dependent_schemas,
+}
+
+_NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_CONSUMED = objects.OBJECT_KEYWORDS | arrays.ARRAY_KEYWORDS | scalars.STRING_KEYWORDS | scalars.NUMBER_KEYWORDS | frozenset(_NUMBER_BOUNDS) | {"multipleOf"}
+
+
+def _trivial_unsupported(key: str, value: Any) -> bool:
+    """``unevaluatedProperties: true`` and the like constrain nothing."""
+    return key in ("unevaluatedProperties", "unevaluatedItems") and (value is True or value == {})
+
+
+def _unconstrained(conj: Conjunction) -> bool:
+    """Nothing but pending disjunctions (and annotations) so far."""
+    return (
+        conj.types == ALL_TYPES and conj.enum is None and not conj.excluded and not conj.string
+        and not conj.not_patterns and not conj.number and not conj.deferred
+        and conj.objects == objects.ObjectRules() and conj.arrays == arrays.ArrayRules()
+    )
+
+
+def _rule_hint(parts: list[Located]) -> str:
+    return "&".join(sorted(p.pointer for p in parts))
+
+
+def _excluded_by_type(conj: Conjunction) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for v in dedupe(conj.excluded):
+        t = json_type(v)
+        out.setdefault("number" if t == "integer" else t, []).append(v)
+    return out
+
+
+def _number(value: Any, keyword: str, where: str) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise GrammarError(f"malformed schema at {where}: {keyword!r} must be a number, got {value!r}")
+    return value
+
+
+def _normalized_number_keywords(node: dict, where: str) -> dict:
+    """Number keywords in 2020-12 form (draft 4's boolean ``exclusiveMinimum`` rewritten)."""
+    out: dict = {}
+    for key in ("minimum", "maximum"):
+        if key in node:
+            bound = _number(node[key], key, where)
+            flag = node.get("exclusive" + key[0].upper() + key[1:])
+            if flag is True:
+                out["exclusive" + key[0].upper() + key[1:]] = bound
+            else:
+                out[key] = bound
+    for key in ("exclusiveMinimum", "exclusiveMaximum"):
+        if key in node and not isinstance(node[key], bool):
+            bound = _number(node[key], key, where)
+            out[key] = bound if key not in out else (max if key == "exclusiveMinimum" else min)(out[key], bound)
+    if "multipleOf" in node:
+        m = _number(node["multipleOf"], "multipleOf", where)
+        if m <= 0:
+            raise GrammarError(f"malformed schema at {where}: 'multipleOf' must be > 0, got {m!r}")
+        out["multipleOf"] = m
+    for key in scalars.NUMBER_KEYWORDS - set(_NUMBER_BOUNDS) - {"multipleOf"}:
+        if key in node:
+            out[key] = node[key]
+    return out
+
+
+def _merge_number_keywords(conj: Conjunction, numbers: dict, where: str) -> None:
+    merged = dict(conj.number)
+    if not conj.number:
+        conj.number_where = where
+    for key, value in numbers.items():
+        if key not in merged:
+            merged[key] = value
+        elif key in ("minimum", "exclusiveMinimum"):
+            merged[key] = max(merged[key], value)
+        elif key in ("maximum", "exclusiveMaximum"):
+            merged[key] = min(merged[key], value)
+        elif key == "multipleOf":
+            merged[key] = _merge_multiple_of(merged[key], value, where)
+        elif canonical(merged[key]) != canonical(value):
+            raise UnsupportedSchemaError(key, where, f"two different {key!r} values in one conjunction")
+    # keep only the tighter of inclusive/exclusive bounds on each side
+    for inclusive, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        if inclusive in merged and exclusive in merged:
+            lower = inclusive == "minimum"
+            a, b = merged[inclusive], merged[exclusive]
+            if (b >= a) if lower else (b <= a):
+                del merged[inclusive]
+            else:
+                del merged[exclusive]
+    conj.number = merged
+
+
+def _merge_multiple_of(a: int | float, b: int | float, where: str) -> int | float:
+    from fractions import Fraction
+
+    fa, fb = Fraction(str(a)), Fraction(str(b))
+    if (fa / fb).denominator == 1:
+        return a
+    if (fb / fa).denominator == 1:
+        return b
+    if fa.denominator == 1 and fb.denominator == 1:
+        from math import lcm
+
+        return lcm(int(fa), int(fb))
+    raise UnsupportedSchemaError("multipleOf", where, f"multipleOf {a} and {b} together")
+
+
+def _merge_string_keywords(c: SchemaCompiler, conj: Conjunction, strings: dict, where: str) -> None:
+    merged = dict(conj.string)
+    if not conj.string:
+        conj.string_where = where
+    for key, value in strings.items():
+        if key in ("minLength", "maxLength"):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise GrammarError(f"malformed schema at {where}: {key!r} must be a non-negative integer, got {value!r}")
+        if key == "pattern" and not isinstance(value, str):
+            raise GrammarError(f"malformed schema at {where}: 'pattern' must be a string, got {value!r}")
+        if key not in merged:
+            merged[key] = value
+        elif key == "minLength":
+            merged[key] = max(merged[key], value)
+        elif key == "maxLength":
+            merged[key] = min(merged[key], value)
+        elif merged[key] == value:
+            continue
+        elif key == "pattern":
+            conj.string = merged
+            combinators.add_pattern(c, conj, value, where)
+            merged = conj.string
+        else:
+            raise UnsupportedSchemaError(key, where, f"two different {key!r} values in one conjunction")
+    conj.string = merged

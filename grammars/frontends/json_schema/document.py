@@ -1,0 +1,311 @@
+"""Loading a schema document and resolving ``$ref`` inside it.
+
+``load_schema`` turns what users hand us (a dict, a bool, JSON text, a Pydantic model class) into
+a plain JSON document, failing with a ``GrammarError`` subclass that says what is wrong.
+``SchemaDocument`` indexes one document once: every schema position with its base URI (from
+``$id``, or ``id`` in draft 4), every ``$anchor`` (and plain-name ``$id``/``id`` fragments), and
+every embedded resource, so ``resolve`` can follow local references — JSON pointers
+(``#/definitions/a``, ``#/$defs/a~1b``, percent-escaped), anchors (``#name``) and ``$id``-relative
+URIs (``other.json#/x`` where ``other.json`` is an embedded resource). References that leave the
+document are unsupported (``UnsupportedSchemaError``); references that point nowhere are errors.
+
+A schema position is identified by its JSON pointer from the document root, written as a URI
+fragment (``#/properties/a``); the compiler uses it as the identity of a subschema (one grammar
+rule per referenced subschema) and in every error message.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Iterator
+from urllib.parse import unquote, urldefrag, urljoin
+
+from grammars.errors import GrammarError, GrammarSyntaxError, UnsupportedSchemaError
+
+__all__ = [
+    "Dialect",
+    "Located",
+    "SchemaDocument",
+    "load_schema",
+    "pointer_child",
+    "escape_token",
+    "DEFAULT_BASE_URI",
+]
+
+#: Base URI of a document without ``$id``; ``.invalid`` guarantees it never names a real resource.
+DEFAULT_BASE_URI = "https://corral.invalid/schema.json"
+
+
+class Dialect(IntEnum):
+    """The JSON Schema draft a document is written in (its ``$schema``), ordered by age."""
+
+    DRAFT4 = 4
+    DRAFT6 = 6
+    DRAFT7 = 7
+    DRAFT2019_09 = 2019
+    DRAFT2020_12 = 2020
+
+    @property
+    def ref_overrides_siblings(self) -> bool:
+        """Drafts 4–7: keywords next to ``$ref`` are ignored. 2019-09 on: they apply too."""
+        return self <= Dialect.DRAFT7
+
+    @property
+    def id_keyword(self) -> str:
+        return "id" if self == Dialect.DRAFT4 else "$id"
+
+
+_DIALECT_MARKERS = (
+    ("draft-04", Dialect.DRAFT4),
+    ("draft-06", Dialect.DRAFT6),
+    ("draft-07", Dialect.DRAFT7),
+    ("2019-09", Dialect.DRAFT2019_09),
+    ("2020-12", Dialect.DRAFT2020_12),
+)
+
+
+def _dialect_of(document: Any) -> Dialect:
+    uri = document.get("$schema") if isinstance(document, dict) else None
+    if uri is None:
+        return Dialect.DRAFT2020_12  # what validators assume (jsonschema's default, the latest)
+    if not isinstance(uri, str):
+        raise GrammarError(f"malformed schema at #: '$schema' must be a string, got {uri!r}")
+    for marker, dialect in _DIALECT_MARKERS:
+        if marker in uri:
+            return dialect
+    if "draft-03" in uri or "draft-02" in uri or "draft-01" in uri:
+        raise UnsupportedSchemaError("$schema", "#", f"draft 3 and older ({uri}) are not supported")
+    return Dialect.DRAFT2020_12  # a custom meta-schema: validators fall back to the latest draft
+
+
+# --- loading ------------------------------------------------------------------------------
+
+
+def load_schema(schema: Any) -> dict | bool:
+    """A JSON Schema as a plain JSON document (a fresh ``dict``, or a ``bool``).
+
+    Accepts a ``dict``, ``True``/``False``, JSON text (``str`` or UTF-8 ``bytes``), or a Pydantic
+    model class (anything with ``model_json_schema()``). Raises ``GrammarSyntaxError`` for text
+    that is not JSON, ``GrammarError`` for anything that is not a JSON document (non-string
+    keys, ``NaN``, sets, ...) or not a schema at all (a number, a list, ...).
+    """
+    if isinstance(schema, (bytes, bytearray)):
+        try:
+            schema = bytes(schema).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise GrammarError(f"schema bytes are not UTF-8: {exc}") from None
+    if isinstance(schema, str):
+        try:
+            document = json.loads(schema)
+        except json.JSONDecodeError as exc:
+            raise GrammarSyntaxError(f"schema is not valid JSON: {exc.msg}", schema, exc.pos, source="<json schema>") from None
+    elif isinstance(schema, type) and callable(getattr(schema, "model_json_schema", None)):
+        document = schema.model_json_schema()
+    elif isinstance(schema, (dict, bool)):
+        document = schema
+    else:
+        raise GrammarError(
+            f"cannot load a JSON Schema from a {type(schema).__name__}: expected a dict, a bool, "
+            "JSON text or a Pydantic model class"
+        )
+    if not isinstance(document, (dict, bool)):
+        raise GrammarError(f"a JSON Schema must be an object or a boolean, got {type(document).__name__}")
+    return _plain_copy(document, "#")
+
+
+def _plain_copy(value: Any, pointer: str) -> Any:
+    """Deep copy as plain JSON types, rejecting what JSON cannot represent."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise GrammarError(f"malformed schema at {pointer}: object key {key!r} is not a string")
+            out[key] = _plain_copy(item, pointer_child(pointer, key))
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_plain_copy(item, pointer_child(pointer, str(i))) for i, item in enumerate(value)]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise GrammarError(f"malformed schema at {pointer}: {value!r} is not a JSON number")
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    raise GrammarError(f"malformed schema at {pointer}: a {type(value).__name__} is not a JSON value")
+
+
+# --- pointers -----------------------------------------------------------------------------
+
+
+def escape_token(token: str) -> str:
+    """RFC 6901 escaping of one reference token."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _unescape_token(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def pointer_child(pointer: str, *tokens: str) -> str:
+    """``#/a`` + ``b/c`` -> ``#/a/b~1c`` (each token escaped)."""
+    return pointer + "".join("/" + escape_token(t) for t in tokens)
+
+
+@dataclass(frozen=True, eq=False)
+class Located:
+    """A (sub)schema with where it lives: its identity for rule sharing and error messages.
+
+    ``pointer`` identifies the schema (synthetic schemas the compiler derives, e.g. a negation,
+    carry a pointer with a ``!`` suffix). ``base`` is the base URI its ``$ref``s resolve against.
+    ``origin`` says how to evaluate a synthetic schema on a concrete value: ``None`` means
+    validate ``node`` itself; ``("not", located)`` means "``located`` is not satisfied".
+    """
+
+    node: Any
+    pointer: str
+    base: str
+    origin: tuple | None = None
+
+    def __hash__(self) -> int:
+        return hash(self.pointer)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Located) and other.pointer == self.pointer
+
+    @property
+    def where(self) -> str:
+        """The pointer of the real schema this one comes from (for messages)."""
+        return self.pointer.split("!", 1)[0]
+
+    def __repr__(self) -> str:
+        return f"Located({self.pointer})"
+
+
+# --- the document index -------------------------------------------------------------------
+
+#: keywords whose value is one subschema / a list of subschemas / a map of subschemas
+SUBSCHEMA_ONE = frozenset(
+    {
+        "additionalProperties", "additionalItems", "items", "contains", "propertyNames", "not",
+        "if", "then", "else", "unevaluatedProperties", "unevaluatedItems", "contentSchema",
+    }
+)
+SUBSCHEMA_LIST = frozenset({"allOf", "anyOf", "oneOf", "prefixItems", "items"})
+SUBSCHEMA_MAP = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"})
+
+
+@dataclass
+class SchemaDocument:
+    """One loaded document, indexed for ``$ref`` resolution. Build with ``SchemaDocument.of``."""
+
+    root: Any
+    dialect: Dialect
+    base_of: dict[str, str] = field(default_factory=dict)  # schema pointer -> base URI
+    resources: dict[str, str] = field(default_factory=dict)  # resource URI -> pointer
+    anchors: dict[tuple[str, str], str] = field(default_factory=dict)  # (resource URI, name) -> pointer
+
+    @classmethod
+    def of(cls, document: Any) -> "SchemaDocument":
+        doc = cls(document, _dialect_of(document))
+        doc.resources[DEFAULT_BASE_URI] = "#"
+        for pointer, _node, base in doc._walk(document, "#", DEFAULT_BASE_URI):
+            doc.base_of[pointer] = base
+        return doc
+
+    def located_root(self) -> Located:
+        return Located(self.root, "#", self.base_of.get("#", DEFAULT_BASE_URI))
+
+    def _walk(self, node: Any, pointer: str, base: str) -> Iterator[tuple[str, Any, str]]:
+        """Every schema position below ``node`` (inclusive), registering ids and anchors."""
+        stack = [(node, pointer, base)]
+        while stack:
+            node, pointer, base = stack.pop()
+            if not isinstance(node, dict):
+                if isinstance(node, bool):
+                    yield pointer, node, base
+                continue
+            base = self._enter(node, pointer, base)
+            yield pointer, node, base
+            for key, value in node.items():
+                if key in ("enum", "const", "default", "examples"):
+                    continue
+                if key in SUBSCHEMA_MAP and isinstance(value, dict):
+                    for name, sub in value.items():
+                        stack.append((sub, pointer_child(pointer, key, name), base))
+                elif key in SUBSCHEMA_LIST and isinstance(value, list):
+                    for i, sub in enumerate(value):
+                        stack.append((sub, pointer_child(pointer, key, str(i)), base))
+                elif key in SUBSCHEMA_ONE and isinstance(value, (dict, bool)):
+                    stack.append((value, pointer_child(pointer, key), base))
+
+    def _enter(self, node: dict, pointer: str, base: str) -> str:
+        """Register ``node``'s ``$id``/anchors; return its base URI."""
+        ident = node.get(self.dialect.id_keyword)
+        if isinstance(ident, str) and ident:
+            if ident.startswith("#"):  # draft 4-7 plain-name fragment: a location-independent name
+                self._anchor(base, ident[1:], pointer)
+            else:
+                uri, frag = urldefrag(urljoin(base, ident))
+                base = uri
+                self.resources.setdefault(uri, pointer)
+                if frag and not frag.startswith("/"):
+                    self._anchor(uri, frag, pointer)
+        for key in ("$anchor", "$dynamicAnchor"):
+            name = node.get(key)
+            if isinstance(name, str) and name:
+                self._anchor(base, name, pointer)
+        return base
+
+    def _anchor(self, base: str, name: str, pointer: str) -> None:
+        self.anchors.setdefault((urldefrag(base)[0], name), pointer)
+
+    # --- resolution ---------------------------------------------------------------------
+
+    def resolve(self, ref: Any, at: Located) -> Located:
+        """The schema ``ref`` (the value of a ``$ref`` in ``at``) points to."""
+        if not isinstance(ref, str):
+            raise GrammarError(f"malformed schema at {at.where}: '$ref' must be a string, got {ref!r}")
+        uri, fragment = urldefrag(urljoin(at.base, ref) if not ref.startswith("#") else urldefrag(at.base)[0] + ref)
+        fragment = unquote(fragment)
+        resource = self.resources.get(uri)
+        if resource is None:
+            raise UnsupportedSchemaError(
+                "$ref", at.where, f"{ref!r} points outside this document (remote references are not fetched)"
+            )
+        if fragment and not fragment.startswith("/"):
+            target = self.anchors.get((uri, fragment))
+            if target is None:
+                raise GrammarError(f"$ref {ref!r} at {at.where}: no anchor named {fragment!r} in the document")
+            return Located(self.node_at(target), target, self.base_of.get(target, uri))
+        node = self.node_at(resource)
+        pointer = resource
+        for raw in fragment.split("/")[1:] if fragment else ():
+            token = _unescape_token(raw)
+            if isinstance(node, dict) and token in node:
+                node = node[token]
+            elif isinstance(node, list) and token.isdigit() and (token == "0" or not token.startswith("0")) and int(token) < len(node):
+                node = node[int(token)]
+            else:
+                raise GrammarError(f"$ref {ref!r} at {at.where}: {pointer_child(pointer, token)} does not exist in the document")
+            pointer = pointer_child(pointer, token)
+        if not isinstance(node, (dict, bool)):
+            raise GrammarError(f"$ref {ref!r} at {at.where}: {pointer} is a {type(node).__name__}, not a schema")
+        return Located(node, pointer, self.base_of.get(pointer, uri))
+
+    def child(self, parent: Located, node: Any, *tokens: str) -> Located:
+        """The subschema ``node`` found under ``parent`` at ``tokens``, with its own base URI."""
+        pointer = pointer_child(parent.pointer, *tokens)
+        base = self.base_of.get(pointer)
+        if base is None:  # below a synthetic schema: apply the node's own $id, if any
+            base = parent.base
+            ident = node.get(self.dialect.id_keyword) if isinstance(node, dict) else None
+            if isinstance(ident, str) and ident and not ident.startswith("#"):
+                base = urldefrag(urljoin(base, ident))[0]
+        return Located(node, pointer, base)
+
+    def node_at(self, pointer: str) -> Any:
+        node = self.root
+        for raw in pointer.split("/")[1:]:
+            token = _unescape_token(raw)
+            node = node[int(token)] if isinstance(node, list) else node[token]
+        return node

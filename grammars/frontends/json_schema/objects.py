@@ -1,0 +1,345 @@
+"""Objects: ``properties``, ``required``, ``additionalProperties``, ``patternProperties``,
+``propertyNames``, ``minProperties``/``maxProperties`` — merged across a conjunction, then laid out.
+
+Merging. Each schema that has ``properties``/``patternProperties``/``additionalProperties``
+contributes one ``KeyRule``: its own names, patterns and fallback, because
+``additionalProperties`` only speaks about names *that schema* does not list. The value allowed
+under a name is the conjunction, over rules, of what each rule says about that name.
+
+Keys. Declared names (and required ones) are *known*: each gets its own member with every JSON
+spelling of the name as key. Every other key is *extra*: its value is what the rules say about
+unlisted names, and its key language excludes all known names (``string_not_in``), so a known
+name can never sneak in as an extra key with the wrong value. Patterns split extra keys into
+regions (which patterns match); regions whose keys need a regular-language complement or
+intersection are built by ``combinators.key_language``.
+
+Layout. Members are accepted in one order per ``property_order`` (see ``JsonSchemaOptions``),
+optional ones may be absent, required ones must appear, extra members may sit between declared
+ones, and ``minProperties``/``maxProperties`` count all of them. The language is built as a
+small automaton over (position, count, started) states, each state an IR rule, so the size is
+linear in the number of properties (times the count bound) and the grammar is unambiguous:
+extra members attach to the earliest slot, a skipped optional property is never revisited.
+``property_order="any"`` uses subsets of emitted properties as states instead (exact, exponential,
+hence ``any_order_limit``). Each member and the extra member are rules of their own, and runs of
+extra members are right-recursive rules rather than ``Repeat``: that keeps the (large) key
+automaton of extra keys one parser terminal shared by every state, instead of a copy inlined
+into each state's DFA. Duplicate keys are never accepted for known names; extra keys cannot be
+checked for duplicates by a context-free grammar and are not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from grammars.errors import GrammarError
+from grammars.frontends.json_schema import combinators, scalars
+from grammars.frontends.json_schema.document import Located
+from grammars.ir import NOTHING, Expr, alt, seq
+
+if TYPE_CHECKING:  # pragma: no cover
+    from grammars.frontends.json_schema.compiler import Conjunction, SchemaCompiler
+
+__all__ = ["OBJECT_KEYWORDS", "KeyRule", "ObjectRules", "apply_object_keywords", "object_expr", "object_body"]
+
+OBJECT_KEYWORDS = frozenset(
+    {"properties", "patternProperties", "additionalProperties", "required", "minProperties", "maxProperties", "propertyNames"}
+)
+#: more states than this in an any-order object falls back to schema order
+MAX_ANY_ORDER_STATES = 1 << 12
+
+
+@dataclass(frozen=True)
+class KeyRule:
+    """What one schema says about member values, by name."""
+
+    where: str
+    properties: dict  # name -> Located
+    patterns: tuple  # ((pattern, Located), ...)
+    additional: Located | None  # None: keyword absent
+
+    def value_parts(self, name: str, compiler: "SchemaCompiler") -> list[Located]:
+        matched = [loc for p, loc in self.patterns if combinators.pattern_search(compiler, p, name, self.where)]
+        if name in self.properties:
+            return [self.properties[name], *matched]
+        if matched:
+            return matched
+        return [self.additional] if self.additional is not None else []
+
+
+@dataclass
+class ObjectRules:
+    """The object keywords of a conjunction, merged."""
+
+    key_rules: list = field(default_factory=list)
+    required: dict = field(default_factory=dict)  # ordered set
+    min_properties: int = 0
+    max_properties: int | None = None
+    property_names: list = field(default_factory=list)
+    where: str = "#"
+
+    def copy(self) -> "ObjectRules":
+        return ObjectRules(list(self.key_rules), dict(self.required), self.min_properties, self.max_properties,
+                           list(self.property_names), self.where)
+
+
+def _count(value: Any, keyword: str, where: str) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise GrammarError(f"malformed schema at {where}: {keyword!r} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def apply_object_keywords(c: "SchemaCompiler", conj: "Conjunction", part: Located, node: dict) -> None:
+    """Merge ``node``'s object keywords into ``conj``."""
+    if not OBJECT_KEYWORDS.intersection(node):
+        return
+    rules = conj.objects
+    where = part.where
+    if rules.where == "#" and not rules.key_rules and not rules.required:
+        rules.where = where
+    doc = c.document
+    props = node.get("properties", {})
+    patterns = node.get("patternProperties", {})
+    additional = node.get("additionalProperties")
+    for keyword, value in (("properties", props), ("patternProperties", patterns)):
+        if not isinstance(value, dict):
+            raise GrammarError(f"malformed schema at {where}: {keyword!r} must be an object, got {value!r}")
+    if additional is not None and not isinstance(additional, (dict, bool)):
+        raise GrammarError(f"malformed schema at {where}: 'additionalProperties' must be a schema, got {additional!r}")
+    if props or patterns or (additional is not None and additional is not True and additional != {}):
+        rules.key_rules.append(
+            KeyRule(
+                where,
+                {name: doc.child(part, sub, "properties", name) for name, sub in props.items()},
+                tuple((p, doc.child(part, sub, "patternProperties", p)) for p, sub in patterns.items()),
+                None if additional is None else doc.child(part, additional, "additionalProperties"),
+            )
+        )
+    if "required" in node:
+        required = node["required"]
+        if not isinstance(required, list) or not all(isinstance(n, str) for n in required):
+            raise GrammarError(f"malformed schema at {where}: 'required' must be an array of strings, got {required!r}")
+        for name in required:
+            rules.required[name] = None
+    if "minProperties" in node:
+        rules.min_properties = max(rules.min_properties, _count(node["minProperties"], "minProperties", where))
+    if "maxProperties" in node:
+        high = _count(node["maxProperties"], "maxProperties", where)
+        rules.max_properties = high if rules.max_properties is None else min(rules.max_properties, high)
+    names = node.get("propertyNames")
+    if names is not None and names is not True and names != {}:
+        if not isinstance(names, (dict, bool)):
+            raise GrammarError(f"malformed schema at {where}: 'propertyNames' must be a schema, got {names!r}")
+        rules.property_names.append(doc.child(part, names, "propertyNames"))
+
+
+# --- the object expression --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str
+    expr: Expr  # key, colon, value
+    required: bool
+
+
+def object_expr(c: "SchemaCompiler", conj: "Conjunction") -> Expr:
+    """The object branch of a leaf conjunction."""
+    rules: ObjectRules = conj.objects
+    lay = c.layout
+    names: dict[str, None] = {}
+    for rule in rules.key_rules:
+        names.update(dict.fromkeys(rule.properties))
+    names.update(rules.required)
+    extra_names, open_extra = _finite_property_names(c, rules, names)
+    members: list[Member] = []
+    for name in list(names) + extra_names:
+        parts = [p for rule in rules.key_rules for p in rule.value_parts(name, c)]
+        if not parts and name in extra_names and _closed_by_default(c, rules):
+            continue
+        value = c.value(parts)
+        if value != NOTHING and not all(c.satisfies(name, pn) for pn in rules.property_names):
+            value = NOTHING
+        required = name in rules.required
+        if value == NOTHING:
+            if required:
+                return NOTHING
+            continue
+        member = c.add_rule(f"{rules.where}@{name}", lay.member(scalars.json_string_value(name), value))
+        members.append(Member(name, member, required))
+    known = set(names) | set(extra_names)
+    extra = _extra_member(c, rules, known) if open_extra else None
+    if extra is not None:  # referenced from every state of the automaton: share it
+        extra = c.add_rule(f"{rules.where}@*", extra)
+    low, high = rules.min_properties, rules.max_properties
+    if high is not None and (low > high or sum(m.required for m in members) > high):
+        return NOTHING
+    if extra is None and len(members) < low:
+        return NOTHING
+    body = object_body(c, members, extra, low, high, hint=rules.where)
+    return lay.object(body)
+
+
+def _closed_by_default(c: "SchemaCompiler", rules: ObjectRules) -> bool:
+    return not c.options.additional_properties_default and all(r.additional is None for r in rules.key_rules)
+
+
+def _finite_property_names(c: "SchemaCompiler", rules: ObjectRules, known: dict) -> tuple[list[str], bool]:
+    """Names ``propertyNames`` allows when that is a finite set (they become declared members).
+
+    Returns (extra declared names, whether other undeclared keys remain possible)."""
+    finite: set | None = None
+    for pn in rules.property_names:
+        conj = c.conjunction([pn])
+        if conj.enum is not None:
+            names = {v for v in conj.enum if isinstance(v, str)}
+            finite = names if finite is None else finite & names
+    if finite is None:
+        return [], True
+    extra = sorted(n for n in finite if n not in known and all(c.satisfies(n, pn) for pn in rules.property_names))
+    return extra, False
+
+
+def _extra_member(c: "SchemaCompiler", rules: ObjectRules, known: set[str]) -> Expr | None:
+    """One member with an undeclared key (all regions), or None when no such key is allowed."""
+    if _closed_by_default(c, rules) and not any(r.patterns for r in rules.key_rules):
+        return None
+    regions = combinators.key_regions(c, rules, known)
+    lay = c.layout
+    out = [lay.member(key, value) for key, value in regions if key != NOTHING and value != NOTHING]
+    return alt(out) if out else None
+
+
+# --- layout: the member automaton -------------------------------------------------------------
+
+
+def object_body(
+    c: "SchemaCompiler", members: list[Member], extra: Expr | None, low: int, high: int | None, *, hint: str
+) -> Expr:
+    """Members in the configured order, ``low..high`` of them in all, then ``ws`` (or nothing)."""
+    order = c.options.property_order
+    if order == "any" and len(members) > 1:
+        counted = low > 0 or high is not None
+        states = (1 << len(members)) * ((high if high is not None else low) + 1 if counted else 1)
+        if len(members) <= c.options.any_order_limit and states <= MAX_ANY_ORDER_STATES:
+            return _Automaton(c, members, extra, low, high, hint).any_order()
+        c.narrowed(f"{hint}: {len(members)} properties accepted in schema order only (any_order_limit)")
+    if order == "required_first":
+        members = [m for m in members if m.required] + [m for m in members if not m.required]
+    return _Automaton(c, members, extra, low, high, hint).in_order()
+
+
+class _Automaton:
+    """States (position or subset, count, started) as IR rules, built from the end backwards.
+
+    ``G`` states choose the next declared member (or the end); ``F`` states may first take extra
+    members. ``count`` is capped at ``low`` when there is no ``high`` (only "enough yet?" matters).
+    """
+
+    def __init__(self, c: "SchemaCompiler", members: list[Member], extra: Expr | None, low: int, high: int | None, hint: str):
+        self.c = c
+        self.lay = c.layout
+        self.members = members
+        self.extra = extra
+        self.low = low
+        self.high = high
+        self.counted = low > 0 or high is not None
+        self.cap = high if high is not None else low
+        self.hint = hint
+        self.memo: dict = {}
+
+    def inc(self, count: int) -> int | None:
+        if not self.counted:
+            return 0
+        if self.high is not None:
+            return count + 1 if count < self.high else None
+        return min(count + 1, self.cap)
+
+    def rule(self, key: tuple, expr: Expr) -> Expr:
+        out = self.c.add_rule(f"{self.hint}@{'.'.join(map(str, key))}", expr)
+        self.memo[key] = out
+        return out
+
+    def free(self, key: tuple, count: int, started: bool, choose) -> Expr:
+        """F: extra members, then the choice ``choose(count, started)``."""
+        if self.extra is None:
+            return choose(count, started)
+        lay = self.lay
+        saturated = not self.counted or (self.high is None and count == self.cap)
+        if saturated:
+            # F = ", X" F | G, a right-recursive rule rather than a Repeat: recursion keeps it a
+            # parser rule, so the extra member (a big key automaton) is one terminal shared by
+            # every state instead of being copied into one DFA per state
+            tail = choose(count, True)
+            loop_state = self.c.add_recursive_rule(f"{self.hint}@X.{'.'.join(map(str, key))}.{count}",
+                                                   lambda me: alt([seq([lay.comma, self.extra, me]), tail]))
+            if started:
+                return loop_state
+            return alt([seq([self.extra, loop_state]), choose(count, False)])
+        nxt = self.inc(count)
+        options = [choose(count, started)]
+        if nxt is not None:
+            options.append(seq([lay.sep(started), self.extra, self.state_f(key, nxt, True, choose)]))
+        return alt(options)
+
+    def state_f(self, key: tuple, count: int, started: bool, choose) -> Expr:
+        k = ("F", *key, count, int(started))
+        if k not in self.memo:
+            self.rule(k, self.free(key, count, started, choose))
+        return self.memo[k]
+
+    def end(self, count: int, started: bool) -> Expr:
+        return self.lay.end(started) if count >= self.low else NOTHING
+
+    # --- declared members in a fixed order ---
+
+    def in_order(self) -> Expr:
+        n = len(self.members)
+        counts = range(self.cap, -1, -1) if self.counted else (0,)
+        for i in range(n, -1, -1):  # bottom-up keeps the Python stack flat
+            for count in counts:
+                for started in (True, False):
+                    self.g(i, count, started)
+                    self.state_f((i,), count, started, lambda cnt, st, i=i: self.g(i, cnt, st))
+        return self.state_f((0,), 0, False, lambda cnt, st: self.g(0, cnt, st))
+
+    def g(self, i: int, count: int, started: bool) -> Expr:
+        k = ("G", i, count, int(started))
+        if k in self.memo:
+            return self.memo[k]
+        if i == len(self.members):
+            return self.rule(k, self.end(count, started))
+        m = self.members[i]
+        options = []
+        nxt = self.inc(count)
+        if nxt is not None:
+            options.append(seq([self.lay.sep(started), m.expr, self.state_f((i + 1,), nxt, True, lambda cnt, st: self.g(i + 1, cnt, st))]))
+        if not m.required:
+            options.append(self.g(i + 1, count, started))
+        return self.rule(k, alt(options))
+
+    # --- declared members in any order ---
+
+    def any_order(self) -> Expr:
+        required = sum(1 << i for i, m in enumerate(self.members) if m.required)
+        self.required_mask = required
+        return self.state_f((0,), 0, False, lambda cnt, st: self.g_any(0, cnt, st))
+
+    def g_any(self, emitted: int, count: int, started: bool) -> Expr:
+        k = ("S", emitted, count, int(started))
+        if k in self.memo:
+            return self.memo[k]
+        options = []
+        nxt = self.inc(count)
+        if nxt is not None:
+            for i, m in enumerate(self.members):
+                if emitted & (1 << i):
+                    continue
+                after = emitted | (1 << i)
+                rest = self.state_f((after,), nxt, True, lambda cnt, st, after=after: self.g_any(after, cnt, st))
+                options.append(seq([self.lay.sep(started), m.expr, rest]))
+        if emitted & self.required_mask == self.required_mask:
+            options.append(self.end(count, started))
+        return self.rule(k, alt(options))

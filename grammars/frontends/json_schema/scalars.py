@@ -1,0 +1,322 @@
+"""String and number schemas, and single JSON string/number values, as IR.
+
+The structure compiler (``compiler``, ``objects``, ``combinators``, ``values``) calls these
+functions with the string or number keywords of one conjunction. Each returns the IR of whole
+JSON tokens (a string token includes its quotes) or raises ``UnsupportedSchemaError`` for what it
+cannot enforce exactly; nothing is relaxed silently.
+
+Strings (``string_schema``):
+
+* ``minLength``/``maxLength`` count value characters (a surrogate-pair escape is one). The
+  automaton needs about 20 states per counted character, bounded by ``strings.MAX_LENGTH_STATES``
+  (10,000): a larger ``maxLength`` is *narrowed* to the largest bound that fits (499 characters
+  for unrestricted strings, fewer under a format or pattern) and reported through the
+  ``narrowed`` callback; a ``minLength`` that large raises;
+* ``pattern`` is an ECMA-262 regex with search semantics over the value; every encoding of a
+  matching value is accepted (``strings.encode_value_language``);
+* ``format``: see ``formats``; format strings accept the encodings ``json.dumps`` writes
+  (``escapes="minimal"``: printable ASCII literally, ``\\u`` escapes for the rest);
+* two or more of {pattern, format, length} are intersected exactly on byte DFAs
+  (``byte_dfa.intersect``, ``strings.restrict_length``), and the result is embedded in the IR as
+  a pre-compiled ``ByteDFA`` (which compares by identity, not value);
+* ``contentEncoding``/``contentMediaType``/``contentSchema`` are annotations (draft 2019-09 on;
+  draft 7 lets validators skip them and ``jsonschema`` does): consumed, no constraint.
+
+Numbers (``number_schema``): see ``numbers`` for the exact semantics of bounds. ``integer=True``
+accepts integer texts only. ``multipleOf``:
+
+* an integer ``k`` (or a float with an integer value): integer texts that are multiples of ``k``
+  (for a float ``k > 1``, only ``|x| <= 2**53``, where float division is exact); a ``number``
+  schema is narrowed to integer texts too;
+* ``k = p / 2**j`` (0.5, 0.25, 2.5, ...) on an ``integer`` schema: the integers divisible by
+  ``p`` (``|x| <= 2**(53 - j)`` unless ``p == 1``);
+* anything else (``0.01`` on numbers, ``0.1`` anywhere) raises: ``jsonschema`` decides it with
+  float division (``0.07 / 0.01 != 7``), which is not a regular language of texts.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any, Callable, Mapping
+
+from grammars.automata.byte_dfa import ByteDFA, compile_regular, intersect
+from grammars.errors import GrammarSyntaxError, LimitExceeded, UnsupportedGrammarError, UnsupportedSchemaError
+from grammars.frontends.regex import parse_regex
+from grammars.ir import NOTHING, Expr, alt
+
+from . import formats as _formats
+from . import numbers as _numbers
+from . import strings as _strings
+
+__all__ = [
+    "STRING_KEYWORDS",
+    "NUMBER_KEYWORDS",
+    "string_schema",
+    "number_schema",
+    "json_string_value",
+    "json_number_value",
+    "string_not_in",
+    "encode_value_language",
+]
+
+#: keywords ``string_schema`` consumes
+STRING_KEYWORDS: frozenset[str] = frozenset(
+    {"minLength", "maxLength", "pattern", "format", "contentEncoding", "contentMediaType", "contentSchema"}
+)
+#: keywords ``number_schema`` consumes
+NUMBER_KEYWORDS: frozenset[str] = frozenset(
+    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+)
+
+encode_value_language = _strings.encode_value_language
+json_string_value = _strings.json_string_value
+string_not_in = _strings.string_not_in
+
+
+# ------------------------------------------------------------------------------------------
+# strings
+
+
+def _length(schema: Mapping, key: str, pointer: str) -> int | None:
+    if key not in schema:
+        return None
+    value = schema[key]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UnsupportedSchemaError(key, pointer, f"{key} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def string_schema(
+    schema: Mapping, pointer: str, options: Any = None, *, narrowed: Callable[[str], None] | None = None
+) -> Expr:
+    """A whole JSON string token (quotes included) satisfying the string keywords of ``schema``.
+
+    Keywords outside ``STRING_KEYWORDS`` are ignored here (the caller owns them). Of ``options``
+    only an optional ``string_escapes`` attribute is read (default ``"all"``): the encodings a
+    ``pattern`` accepts. ``"minimal"`` (what ``json.dumps`` writes) can make pattern automata
+    several times smaller and faster to build, e.g. for long counted hex-digit runs.
+
+    A ``maxLength`` whose exact automaton would exceed ``strings.MAX_LENGTH_STATES`` states is
+    *narrowed*: the grammar accepts strings up to the largest length that fits (never more than
+    the schema allows), and ``narrowed`` (when given) is called with a note saying so. A
+    ``minLength`` that large cannot be narrowed and raises ``UnsupportedSchemaError``.
+    """
+    min_length = _length(schema, "minLength", pointer) or 0
+    max_length = _length(schema, "maxLength", pointer)
+    if max_length is not None and max_length < min_length:
+        return NOTHING
+    bodies: list[tuple[str, Expr]] = []  # (keyword, body IR)
+    if "pattern" in schema:
+        escapes = getattr(options, "string_escapes", "all")  # an optional knob; see below
+        bodies.append(("pattern", _strings.encode_value_language(_pattern(schema["pattern"], pointer), escapes)))
+    if "format" in schema:
+        language = _format(schema["format"], pointer)
+        if language is not None:
+            bodies.append(("format", _strings.encode_value_language(language, "minimal")))
+
+    def note(fitted: int) -> None:
+        if narrowed is not None:
+            narrowed(f"{pointer}: maxLength {max_length} accepted only up to {fitted} characters (DFA size)")
+
+    if not bodies:
+        limit = _strings.max_counted_length()
+        if min_length >= limit:
+            raise UnsupportedSchemaError(
+                "minLength", pointer, f"minLength {min_length} needs more than {_strings.MAX_LENGTH_STATES} DFA states"
+            )
+        if max_length is not None and max_length >= limit:
+            note(limit - 1)
+            max_length = limit - 1
+        return _strings.string_token(_strings.length_bounded_body(min_length, max_length))
+    if len(bodies) == 1 and min_length == 0 and max_length is None:
+        return _strings.string_token(bodies[0][1])
+    body: ByteDFA | None = None
+    try:
+        for keyword, expr in bodies:
+            dfa = compile_regular(expr)
+            body = dfa if body is None else intersect(body, dfa)
+    except LimitExceeded as exc:
+        raise UnsupportedSchemaError(keyword, pointer, str(exc)) from None
+    assert body is not None
+    if min_length > 0 or max_length is not None:
+        body = _restrict_length(body, min_length, max_length, pointer, note)
+    if body.is_empty_language:
+        return NOTHING
+    return _strings.string_token(body)  # type: ignore[arg-type]  # a ByteDFA inside the IR
+
+
+def _restrict_length(
+    body: ByteDFA, min_length: int, max_length: int | None, pointer: str, note: Callable[[int], None]
+) -> ByteDFA:
+    """``restrict_length``, narrowing ``max_length`` (from the count the failed product reached) when too big."""
+    try:
+        return _strings.restrict_length(body, min_length, max_length)
+    except _strings.LengthBudgetExceeded as exc:
+        if max_length is None:
+            raise UnsupportedSchemaError("minLength", pointer, str(exc)) from None
+        error: LimitExceeded = exc
+        fitted = min(max_length - 1, exc.reached - 1)
+    while fitted >= min_length:
+        try:
+            out = _strings.restrict_length(body, min_length, fitted)
+        except _strings.LengthBudgetExceeded as exc:
+            error = exc
+            fitted = min(fitted - 1, (fitted * 3) // 4)
+            continue
+        note(fitted)
+        return out
+    raise UnsupportedSchemaError("minLength" if min_length else "maxLength", pointer, str(error)) from None
+
+
+def _pattern(pattern: Any, pointer: str) -> Expr:
+    if not isinstance(pattern, str):
+        raise UnsupportedSchemaError("pattern", pointer, f"pattern must be a string, got {pattern!r}")
+    try:
+        return parse_regex(pattern, search=True, source=f"{pointer}/pattern")
+    except GrammarSyntaxError as exc:
+        raise UnsupportedSchemaError("pattern", pointer, f"invalid regular expression: {exc.message}") from None
+    except UnsupportedGrammarError as exc:
+        raise UnsupportedSchemaError("pattern", pointer, str(exc)) from None
+
+
+def _format(name: Any, pointer: str) -> Expr | None:
+    if not isinstance(name, str):
+        raise UnsupportedSchemaError("format", pointer, f"format must be a string, got {name!r}")
+    try:
+        return _formats.format_language(name)
+    except KeyError:
+        raise UnsupportedSchemaError("format", pointer, _formats.UNSUPPORTED_FORMATS[name]) from None
+
+
+# ------------------------------------------------------------------------------------------
+# numbers
+
+
+def _bound_value(schema: Mapping, key: str, pointer: str) -> int | float:
+    value = schema[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UnsupportedSchemaError(key, pointer, f"{key} must be a finite number, got {value!r}")
+    return value
+
+
+def _bounds(schema: Mapping, pointer: str) -> tuple[list[_numbers.Bound], list[_numbers.Bound]]:
+    """Lower and upper bounds; draft 4's boolean ``exclusiveMinimum`` modifies ``minimum``."""
+    lowers: list[_numbers.Bound] = []
+    uppers: list[_numbers.Bound] = []
+    for key, exclusive, out, lower in (
+        ("minimum", "exclusiveMinimum", lowers, True),
+        ("maximum", "exclusiveMaximum", uppers, False),
+    ):
+        flag = schema.get(exclusive)
+        if key in schema:
+            out.append(_numbers.Bound.of(_bound_value(schema, key, pointer), strict=flag is True, lower=lower))
+        if exclusive in schema and not isinstance(flag, bool):
+            out.append(_numbers.Bound.of(_bound_value(schema, exclusive, pointer), strict=True, lower=lower))
+    return lowers, uppers
+
+
+def _modulus(k: Any, pointer: str, integer: bool) -> tuple[int, int | None]:
+    """(integer modulus, magnitude cap or None) for ``multipleOf: k`` over integer texts."""
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not math.isfinite(k) or k <= 0:
+        raise UnsupportedSchemaError("multipleOf", pointer, f"multipleOf must be a positive number, got {k!r}")
+    if isinstance(k, int):
+        return k, None
+    exact = Fraction(k)
+    if exact.denominator == 1:
+        return int(exact), (None if exact == 1 else 2**53)
+    written = Fraction(repr(k))
+    j = exact.denominator.bit_length() - 1  # denominator is 2**j
+    if not integer or written != exact:
+        raise UnsupportedSchemaError(
+            "multipleOf",
+            pointer,
+            f"multipleOf {k!r} on {'integers' if integer else 'numbers'}: the validator divides floats "
+            "(e.g. 0.07 / 0.01 != 7), which is not a regular language",
+        )
+    p = exact.numerator
+    return p, (None if p == 1 else 2 ** max(0, 53 - j))
+
+
+def number_schema(schema: Mapping, pointer: str, options: Any = None, *, integer: bool) -> Expr:
+    """JSON number texts (``integer``: integer texts only) satisfying the number keywords.
+
+    Keywords outside ``NUMBER_KEYWORDS`` are ignored here. ``options`` is not consulted.
+    """
+    lowers, uppers = _bounds(schema, pointer)
+    modulus, cap = (None, None)
+    if "multipleOf" in schema:
+        modulus, cap = _modulus(schema["multipleOf"], pointer, integer)
+    int_lo = max((_numbers.integer_reading_bound(b) for b in lowers), default=None)
+    int_hi = min((_numbers.integer_reading_bound(b) for b in uppers), default=None)
+    if cap is not None:
+        int_lo = -cap if int_lo is None else max(int_lo, -cap)
+        int_hi = cap if int_hi is None else min(int_hi, cap)
+    int_lo, int_hi = _numbers.clamp_integer_bounds(int_lo, int_hi)
+    keyword = "minimum" if lowers else "maximum"
+    try:
+        ints: Expr = _numbers.integer_range(int_lo, int_hi)
+    except ValueError as exc:
+        raise UnsupportedSchemaError(keyword, pointer, str(exc)) from None
+    if modulus is not None and ints != NOTHING:
+        try:
+            ints = intersect(compile_regular(ints), _numbers.multiple_of_dfa(modulus))  # type: ignore[assignment]
+        except ValueError as exc:
+            raise UnsupportedSchemaError("multipleOf", pointer, str(exc)) from None
+        if ints.is_empty_language:  # type: ignore[union-attr]
+            ints = NOTHING
+    if integer or modulus is not None:
+        return ints
+    if not lowers and not uppers:
+        return _numbers.NUMBER_TEXT
+    try:
+        floats = _float_texts(lowers, uppers)
+    except ValueError as exc:
+        raise UnsupportedSchemaError(keyword, pointer, str(exc)) from None
+    return alt([ints, floats])
+
+
+def _float_texts(lowers: list[_numbers.Bound], uppers: list[_numbers.Bound]) -> Expr:
+    lo = _tightest([_numbers.float_reading_bound(b) for b in lowers], lower=True)
+    hi = _tightest([_numbers.float_reading_bound(b) for b in uppers], lower=False)
+    if lo is None:
+        assert hi is not None
+        return _numbers.decimal_le(*hi)
+    if hi is None:
+        return _numbers.decimal_ge(*lo)
+    if lo[0] > hi[0] or (lo[0] == hi[0] and (lo[1] or hi[1])):
+        return NOTHING
+    dfa = intersect(compile_regular(_numbers.decimal_ge(*lo)), compile_regular(_numbers.decimal_le(*hi)))
+    return NOTHING if dfa.is_empty_language else dfa  # type: ignore[return-value]
+
+
+def _tightest(bounds: list[tuple[Fraction, bool]], *, lower: bool) -> tuple[Fraction, bool] | None:
+    best: tuple[Fraction, bool] | None = None
+    for value, strict in bounds:
+        if best is None or (value > best[0] if lower else value < best[0]) or (value == best[0] and strict):
+            best = (value, strict)
+    return best
+
+
+def json_number_value(value: int | float) -> Expr:
+    """JSON number texts equal to ``value`` under both readings (mathematical and Python's).
+
+    Accepted spellings: the integer text (when the value is an integer and Python's reading of it
+    is exact), plain decimals with trailing zeros (``1.0``, ``1.50``), and normalised scientific
+    texts with any exponent spelling (``1e0``, ``1.5E+00``); zero in every signed form. Not
+    accepted: non-normalised exponents (``10e-1``, ``0.15e1``). A float ``value`` matches the
+    decimal ``repr`` writes (``0.1`` is ``0.1``, not its binary expansion); an integer beyond
+    2**53 that no float represents has its integer text only. NaN and infinities: ``NOTHING``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"json_number_value takes an int or float, got {value!r}")
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return NOTHING
+        written = Fraction(repr(value))
+        return _numbers.number_equal(written, integer_texts=written == Fraction(value), float_texts=True)
+    exact_float = abs(value) < 2**1024 and float(value) == value
+    return _numbers.number_equal(Fraction(value), integer_texts=True, float_texts=exact_float)
+

@@ -1,0 +1,510 @@
+"""JSON string tokens as IR: escapes, values, value exclusion, character-counted lengths.
+
+Two alphabets meet here. A *value* is a sequence of Unicode scalar values (what ``json.loads``
+returns and what ``minLength``, ``pattern`` and ``enum`` talk about); a *body* is the text
+between the quotes of a JSON string token, where every value character is written either
+literally or as an escape. ``encode_value_language`` maps an IR over value characters to the IR
+of every body that decodes to a value of that language, so constraints stated on values
+(``pattern``, ``const``, ``enum``, key exclusion) accept every encoding of their values.
+
+Encodings of one value character ``c`` (RFC 8259 section 7):
+
+* ``c`` itself, unless it is ``"``, ``\\`` or a control character U+0000-U+001F;
+* a two-character escape: ``\\"`` ``\\\\`` ``\\/`` ``\\b`` ``\\f`` ``\\n`` ``\\r`` ``\\t``;
+* ``\\uXXXX`` with four hex digits in either case, for ``c`` in the BMP;
+* ``\\uD8xx\\uDCxx``, a surrogate pair (either case), for ``c`` above U+FFFF: one character.
+
+Exception, to bound automaton size: a character class with more than ``MAX_ESCAPED_RANGES``
+ranges beyond ASCII (say a Unicode letter class spelled out in a pattern) accepts its non-ASCII
+characters literally only, not as ``\\u`` escapes — a subset, and exactly what
+``json.dumps(..., ensure_ascii=False)`` writes.
+
+Lone surrogates are never produced nor accepted: ``\\uD800`` not followed by a low-surrogate
+escape, or a low surrogate on its own. Python's ``json`` would decode them to a one-character
+string, but they are not Unicode scalar values (RFC 8259 calls the result unpredictable, I-JSON
+forbids them), the IR cannot represent them, and rejecting them only narrows what is accepted.
+Lengths therefore count scalar values, with a surrogate-pair escape as one character, as
+``len(json.loads(token))`` does.
+
+Length bounds count characters: ``Repeat(STRING_CHAR, min, max)`` for small bounds, and from 32
+characters on the same minimal DFA built directly and embedded (``length_bounded_body``). Its
+byte DFA needs ``STATES_PER_CHARACTER`` (20) states per counted character, so bounds are limited
+to ``MAX_LENGTH_STATES`` states (``max_counted_length()`` = 500 characters for unrestricted
+strings). ``restrict_length`` intersects any body automaton with a length bound through an
+implicit character counter and only pays for the states that are reachable.
+"""
+
+from __future__ import annotations
+
+from typing import Collection, Iterable, Literal as TypingLiteral
+
+import numpy as np
+
+from grammars.automata.byte_dfa import DEAD, ByteDFA, compile_regular, minimize
+from grammars.errors import LimitExceeded, UnsupportedGrammarError
+from grammars.ir import (
+    EMPTY,
+    MAX_CODE_POINT,
+    NOTHING,
+    Alt,
+    Chars,
+    Expr,
+    Literal,
+    Ref,
+    Repeat,
+    Seq,
+    alt,
+    chars,
+    repeat,
+    seq,
+)
+from grammars.limits import Limits
+
+from .numbers import fixed_width_range
+
+__all__ = [
+    "Escapes",
+    "QUOTE",
+    "ANY_CHAR",
+    "UNESCAPED",
+    "STRING_CHAR",
+    "STRING_BODY",
+    "STRING_TOKEN",
+    "MAX_LENGTH_STATES",
+    "MAX_ESCAPED_RANGES",
+    "STATES_PER_CHARACTER",
+    "hex4_range",
+    "encode_chars",
+    "encode_value_language",
+    "json_string_value",
+    "string_not_in",
+    "value_not_in",
+    "length_bounded_body",
+    "max_counted_length",
+    "restrict_length",
+    "LengthBudgetExceeded",
+    "string_token",
+]
+
+#: which encodings of a character ``encode_chars`` produces
+Escapes = TypingLiteral["all", "minimal"]
+
+QUOTE = Literal('"')
+_BACKSLASH = Literal("\\")
+#: every Unicode scalar value (``Chars`` drops the surrogate block)
+ANY_CHAR = Chars(((0, MAX_CODE_POINT),))
+#: characters a JSON string may contain literally
+UNESCAPED = Chars(((0x20, 0x21), (0x23, 0x5B), (0x5D, MAX_CODE_POINT)))
+#: value character -> letter of its two-character escape
+_SHORT_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
+
+#: a bound on the byte-DFA states one length-bounded string may need
+MAX_LENGTH_STATES = 10_000
+#: byte-DFA states per counted character of an unrestricted string (measured: UTF-8 lead and
+#: continuation states, ``\\`` / ``\\u`` / hex-digit states, and the surrogate-pair tail)
+STATES_PER_CHARACTER = 20
+
+
+def _hex_digit(lo: int, hi: int) -> Expr:
+    """One hex digit with value in ``[lo, hi]``; letters in either case."""
+    ranges: list[tuple[int, int]] = []
+    if lo <= 9:
+        ranges.append((ord("0") + lo, ord("0") + min(hi, 9)))
+    if hi >= 10:
+        a, b = max(lo, 10) - 10, hi - 10
+        ranges.append((ord("a") + a, ord("a") + b))
+        ranges.append((ord("A") + a, ord("A") + b))
+    return Chars(tuple(ranges))
+
+
+def hex4_range(lo: int, hi: int) -> Expr:
+    """Four hex digits (either case) whose value lies in ``[lo, hi]``."""
+    return fixed_width_range(lo, hi, 4, base=16, digit=_hex_digit)
+
+
+def _intersect(a: Chars, b: Chars) -> Chars:
+    return a.complement().union(b.complement()).complement()
+
+
+def _u_escape(lo: int, hi: int) -> Expr:
+    return seq([Literal("\\u"), hex4_range(lo, hi)])
+
+
+def encode_chars(cs: Chars, escapes: Escapes = "all") -> Expr:
+    """Every encoding, inside a JSON string body, of one character from ``cs``.
+
+    ``escapes="all"``: every encoding RFC 8259 allows. ``escapes="minimal"``: printable ASCII
+    only as itself (``"`` and ``\\`` only as ``\\"`` and ``\\\\``), control characters only
+    escaped, other characters as themselves or ``\\u`` escapes — every text ``json.dumps``
+    writes, with ``ensure_ascii`` on or off, and far fewer DFA states for ASCII languages.
+    """
+    if escapes not in ("all", "minimal"):
+        raise ValueError(f"escapes must be 'all' or 'minimal', got {escapes!r}")
+    if len(cs.ranges) == 1 and cs.ranges[0][0] == cs.ranges[0][1]:
+        return _encode_one(cs.ranges[0][0], escapes)
+    parts: list[Expr] = []
+    literal = _intersect(cs, UNESCAPED)
+    if not literal.is_empty:
+        parts.append(literal)
+    short = "".join(
+        esc for ch, esc in _SHORT_ESCAPES.items() if cs.contains(ord(ch)) and (escapes == "all" or ch != "/")
+    )
+    if short:
+        parts.append(seq([_BACKSLASH, chars(short)]))
+    u_ranges = cs if escapes == "all" else _intersect(cs, _NEEDS_U_IN_MINIMAL)
+    if sum(1 for lo, hi in u_ranges.ranges if hi > 0x7F) > MAX_ESCAPED_RANGES:
+        # a large Unicode class: its ``\\u`` forms would need a hex-digit trie per range
+        # (tens of thousands of DFA states under a repetition); keep them for ASCII only
+        u_ranges = _intersect(u_ranges, _ASCII)
+    bmp = [(lo, min(hi, 0xFFFF)) for lo, hi in u_ranges.ranges if lo <= 0xFFFF]
+    if bmp:
+        parts.append(seq([Literal("\\u"), alt(hex4_range(lo, hi) for lo, hi in bmp)]))
+    for lo, hi in u_ranges.ranges:
+        if hi < 0x10000:
+            continue
+        a, b = max(lo, 0x10000) - 0x10000, hi - 0x10000
+        (ha, la), (hb, lb) = divmod(a, 0x400), divmod(b, 0x400)
+        spans = [(ha, ha, la, lb)] if ha == hb else [(ha, ha, la, 0x3FF), (ha + 1, hb - 1, 0, 0x3FF), (hb, hb, 0, lb)]
+        for h1, h2, l1, l2 in spans:
+            if h1 <= h2:
+                parts.append(seq([_u_escape(0xD800 + h1, 0xD800 + h2), _u_escape(0xDC00 + l1, 0xDC00 + l2)]))
+    return alt(parts)
+
+
+_ASCII = Chars(((0, 0x7F),))
+#: a class with more ranges than this beyond ASCII accepts its non-ASCII characters literally only
+MAX_ESCAPED_RANGES = 32
+#: with ``escapes="minimal"``, the characters that keep their ``\\u`` forms: controls without a
+#: short escape, and everything beyond ASCII
+_NEEDS_U_IN_MINIMAL = Chars(((0x00, 0x07), (0x0B, 0x0B), (0x0E, 0x1F), (0x7F, MAX_CODE_POINT)))
+
+
+def _hex_exact(value: int) -> list[Expr]:
+    """Four hex digits spelling ``value``, letters in either case."""
+    out: list[Expr] = []
+    for shift in (12, 8, 4, 0):
+        d = (value >> shift) & 0xF
+        out.append(Literal(str(d)) if d < 10 else chars("abcdef"[d - 10] + "ABCDEF"[d - 10]))
+    return out
+
+
+def _encode_one(cp: int, escapes: Escapes) -> Expr:
+    """``encode_chars`` for a single code point (the hot path of keys and ``const``)."""
+    if 0xD800 <= cp <= 0xDFFF:
+        return NOTHING
+    c = chr(cp)
+    parts: list[Expr] = []
+    if UNESCAPED.contains(cp):
+        parts.append(Literal(c))
+    short = _SHORT_ESCAPES.get(c)
+    if short is not None and (escapes == "all" or c != "/"):
+        parts.append(Literal("\\" + short))
+    if escapes == "all" or _NEEDS_U_IN_MINIMAL.contains(cp):
+        if cp <= 0xFFFF:
+            parts.append(seq([Literal("\\u")] + _hex_exact(cp)))
+        else:
+            hi, lo = 0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF)
+            parts.append(seq([Literal("\\u")] + _hex_exact(hi) + [Literal("\\u")] + _hex_exact(lo)))
+    return alt(parts)
+
+
+#: one value character in any encoding
+STRING_CHAR: Expr = encode_chars(ANY_CHAR)
+#: any string body
+STRING_BODY: Expr = repeat(STRING_CHAR, 0, None)
+#: any JSON string token, quotes included
+STRING_TOKEN: Expr = seq([QUOTE, STRING_BODY, QUOTE])
+
+
+def encode_value_language(expr: Expr, escapes: Escapes = "all") -> Expr:
+    """Map an IR over value characters to the IR of the JSON string bodies encoding its values.
+
+    Each ``Chars`` set (and each character of a ``Literal``) becomes ``encode_chars``; the
+    structure is kept, so repetition bounds still count characters. Raises
+    ``UnsupportedGrammarError`` for ``Ref`` (value languages are regular) and ``TypeError`` for a
+    pre-compiled ``ByteDFA`` (its bytes cannot be read back as characters). ``escapes`` is
+    passed to ``encode_chars``.
+    """
+    memo: dict[Expr, Expr] = {}
+
+    def char(cs: Chars) -> Expr:
+        out = memo.get(cs)
+        if out is None:
+            out = memo[cs] = encode_chars(cs, escapes)
+        return out
+
+    def go(e: Expr) -> Expr:
+        if isinstance(e, Chars):
+            return char(e)
+        if isinstance(e, Literal):
+            return seq(char(Chars(((ord(c), ord(c)),))) for c in e.text)
+        if isinstance(e, Seq):
+            return seq(go(item) for item in e.items)
+        if isinstance(e, Alt):
+            return alt(go(item) for item in e.items)
+        if isinstance(e, Repeat):
+            return repeat(go(e.item), e.min, e.max)
+        if isinstance(e, Ref):
+            raise UnsupportedGrammarError(f"rule reference {e.name!r} in a string value language")
+        raise TypeError(f"cannot encode {type(e).__name__} as a JSON string body")
+
+    return go(expr)
+
+
+def string_token(body: Expr) -> Expr:
+    """The JSON string token around a body expression (or body ``ByteDFA``)."""
+    return seq([QUOTE, body, QUOTE])
+
+
+def json_string_value(value: str) -> Expr:
+    """Every JSON string token (quotes included) whose value is exactly ``value``.
+
+    A value holding a lone surrogate has no encoding here (see the module docstring): the
+    result is ``NOTHING``.
+    """
+    return string_token(encode_value_language(Literal(value)))
+
+
+def value_not_in(values: Iterable[str]) -> Expr:
+    """IR over value characters: every string except those in ``values``.
+
+    Trie complement: at each trie node the value may stop (unless the node ends an excluded
+    value), continue along a child, or leave the trie with any other character and then
+    continue freely. Children whose sub-languages are equal are merged into one ``Chars``.
+    Values holding lone surrogates are skipped: no accepted string can equal them anyway.
+    """
+    root: dict = {}
+    END = ""  # key of the end marker (no character is the empty string)
+    for v in set(values):
+        if any(0xD800 <= ord(c) <= 0xDFFF for c in v):
+            continue
+        node = root
+        for c in v:
+            node = node.setdefault(c, {})
+        node[END] = True
+    rest = repeat(ANY_CHAR, 0, None)
+    # post-order without recursion (values may be long)
+    built: dict[int, Expr] = {}
+    stack: list[tuple[dict, bool]] = [(root, False)]
+    while stack:
+        node, ready = stack.pop()
+        kids = [(c, n) for c, n in node.items() if c != END]
+        if not ready:
+            stack.append((node, True))
+            stack.extend((n, False) for _, n in kids)
+            continue
+        groups: dict[Expr, list[int]] = {}
+        for c, n in kids:
+            groups.setdefault(built.pop(id(n)), []).append(ord(c))
+        parts: list[Expr] = [] if END in node else [EMPTY]
+        for sub, cps in groups.items():
+            parts.append(seq([Chars(tuple((cp, cp) for cp in cps)), sub]))
+        others = Chars(tuple((ord(c), ord(c)) for c, _ in kids)).complement()
+        parts.append(seq([others, rest]))
+        built[id(node)] = alt(parts)
+    return built[id(root)]
+
+
+def string_not_in(values: Collection[str]) -> Expr:
+    """Every JSON string token whose *value* is not in ``values``, in every encoding.
+
+    ``"\\u0061"`` decodes to ``"a"``, so it is excluded together with ``"a"``.
+    """
+    return string_token(encode_value_language(value_not_in(values)))
+
+
+# ------------------------------------------------------------------------------------------
+# lengths
+
+
+def _char_steps() -> tuple[np.ndarray, np.ndarray]:
+    """(next state, completes-a-character) tables of the DFA of ``STRING_CHAR*``.
+
+    ``STRING_CHAR`` is prefix-free (no encoding of a character extends another), so its minimal
+    DFA has one final state without exits; folding that state into the start gives the
+    character-boundary automaton.
+    """
+    one = compile_regular(STRING_CHAR)
+    finals = np.nonzero(one.accepting)[0]
+    if len(finals) != 1 or (one.table[finals[0]] >= 0).any():
+        raise AssertionError("STRING_CHAR must be prefix-free with one final state")
+    step = one.table.astype(np.int64)
+    done = step == int(finals[0])
+    step[done] = one.start
+    step.setflags(write=False)
+    done.setflags(write=False)
+    return step, done
+
+
+_CHAR_STEP, _CHAR_DONE = _char_steps()
+
+
+def max_counted_length(states_per_character: int = STATES_PER_CHARACTER) -> int:
+    """The largest length bound whose automaton stays within ``MAX_LENGTH_STATES``."""
+    return MAX_LENGTH_STATES // max(1, states_per_character)
+
+
+def length_bounded_body(min_length: int, max_length: int | None) -> Expr:
+    """Bodies of ``min_length..max_length`` characters (``None``: unbounded), any characters.
+
+    Small bounds stay IR (``Repeat(STRING_CHAR, min, max)``); from ``_IR_LENGTH_LIMIT`` counted
+    characters on, the minimal DFA is built directly (layers of the character automaton, no
+    subset construction or minimisation) and embedded as a ``ByteDFA``, which the compiler
+    lowers about three times faster than the repetition. Raises ``LimitExceeded`` when the
+    automaton would exceed ``MAX_LENGTH_STATES`` states.
+    """
+    if max_length is not None and max_length < min_length:
+        return NOTHING
+    counted = max_length if max_length is not None else min_length
+    need = (counted + 1) * STATES_PER_CHARACTER
+    if need > MAX_LENGTH_STATES:
+        raise LimitExceeded(
+            "max_length_states",
+            MAX_LENGTH_STATES,
+            f"a string length bound of {counted} characters needs about {need} byte-DFA states "
+            f"(more than MAX_LENGTH_STATES={MAX_LENGTH_STATES})",
+        )
+    if min_length == 0 and max_length is None:
+        return STRING_BODY
+    if counted < _IR_LENGTH_LIMIT:
+        return Repeat(STRING_CHAR, min_length, max_length)
+    return _length_dfa(min_length, max_length)  # type: ignore[return-value]  # a ByteDFA inside the IR
+
+
+#: below this many counted characters a length bound stays a ``Repeat`` in the IR
+_IR_LENGTH_LIMIT = 32
+
+
+def _length_dfa(min_length: int, max_length: int | None) -> ByteDFA:
+    """The minimal DFA of ``STRING_CHAR{min,max}``, built layer by layer and numbered canonically.
+
+    State ``(k, t)``: ``k`` characters complete (saturating at ``min_length`` when unbounded),
+    phase ``t`` inside the current character. Layers are distinguished by how many more
+    characters may or must follow and phases by how the current character can end, so the
+    construction is already minimal; the last layer of a bounded length keeps only phase 0.
+    """
+    step, done = _CHAR_STEP, _CHAR_DONE
+    phases = [t for t in range(step.shape[0]) if (step[t] >= 0).any()]
+    n_p = len(phases)
+    local = np.full(step.shape[0] + 1, -1, dtype=np.int64)  # local[-1] == -1 for dead targets
+    local[phases] = np.arange(n_p)
+    pstep = local[step[phases]]  # [n_p, 256] next phase or -1
+    pdone = done[phases].astype(np.int64)
+    cap = max_length if max_length is not None else min_length
+    layers = cap + 1
+    k = np.repeat(np.arange(layers, dtype=np.int64), n_p)[:, None]
+    nk = k + np.tile(pdone, (layers, 1))
+    nxt = np.tile(pstep, (layers, 1))
+    if max_length is None:
+        # saturate at ``cap``; a character begun at the top layer is the same state as one
+        # begun a layer lower (both end at the top), so it lives there
+        nk = np.minimum(nk, cap)
+        if cap > 0:
+            nk = np.where((nk == cap) & (nxt > 0), cap - 1, nk)
+    raw = np.where((nxt < 0) | (nk > cap), -1, nk * n_p + nxt)
+    # the last layer of a bounded length: only phase 0 can still complete
+    if max_length is not None:
+        last = cap * n_p
+        raw[last + 1 :] = -1
+        raw[raw > last] = -1
+    accepting = (np.arange(layers * n_p) % n_p == 0) & (np.arange(layers * n_p) // n_p >= min_length)
+    return _canonical(raw, accepting, 0)
+
+
+def _canonical(raw: np.ndarray, accepting: np.ndarray, start: int) -> ByteDFA:
+    """Renumber a trimmed, minimal table in BFS order over bytes 0..255 (``ByteDFA``'s canon)."""
+    n = raw.shape[0]
+    new = np.full(n + 1, -1, dtype=np.int64)  # new[-1] == -1
+    order = [start]
+    new[start] = 0
+    i = 0
+    while i < len(order):
+        row = raw[order[i]]
+        i += 1
+        targets, first = np.unique(row, return_index=True)
+        for t in targets[np.argsort(first)].tolist():
+            if t >= 0 and new[t] < 0:
+                new[t] = len(order)
+                order.append(t)
+    idx = np.asarray(order, dtype=np.int64)
+    table = new[raw[idx]].astype(np.int32)
+    return ByteDFA(table, accepting[idx], 0)
+
+
+class LengthBudgetExceeded(LimitExceeded):
+    """``restrict_length`` ran out of states; ``reached`` is the largest character count it had
+    reached, a good first guess for a length bound that fits."""
+
+    def __init__(self, budget: int, reached: int, message: str):
+        self.reached = reached
+        super().__init__("max_length_states", budget, message)
+
+
+def restrict_length(body: ByteDFA, min_length: int, max_length: int | None, limits: Limits = Limits()) -> ByteDFA:
+    """The bodies of ``body`` that have ``min_length..max_length`` characters (``None``: unbounded).
+
+    ``body`` must be a language of string bodies (as ``encode_value_language`` builds). The
+    product runs ``body`` alongside a character-boundary automaton and a counter that saturates
+    at ``min_length`` when there is no maximum; only reachable triples are built, so a pattern
+    that already bounds its length costs nothing extra. Raises ``LimitExceeded`` beyond
+    ``min(limits.max_dfa_states, MAX_LENGTH_STATES)`` states.
+    """
+    if body.is_empty_language:
+        return body
+    if max_length is not None and max_length < min_length:
+        return minimize(ByteDFA(np.zeros((0, 256), dtype=np.int32), np.zeros(0, dtype=bool), DEAD))
+    step, done = _CHAR_STEP, _CHAR_DONE
+    cap = max_length if max_length is not None else min_length
+    n_t = step.shape[0]
+    budget = min(limits.max_dfa_states, MAX_LENGTH_STATES)
+    table_b = body.table.astype(np.int64)
+    index: dict[int, int] = {}
+
+    def code(q: int, t: int, k: int) -> int:
+        return (q * n_t + t) * (cap + 1) + k
+
+    start = code(body.start, 0, 0)
+    index[start] = 0
+    triples = [(body.start, 0, 0)]
+    rows: list[np.ndarray] = []
+    frontier = 0
+    byte = np.arange(256)
+    while frontier < len(triples):
+        batch = np.asarray(triples[frontier:], dtype=np.int64)
+        frontier = len(triples)
+        q, t, k = batch[:, 0:1], batch[:, 1:2], batch[:, 2:3]
+        nq = table_b[q, byte]
+        nt = step[t, byte]
+        nk = k + done[t, byte]
+        if max_length is None:
+            nk = np.minimum(nk, cap)
+            dead = (nq < 0) | (nt < 0)
+        else:
+            dead = (nq < 0) | (nt < 0) | (nk > cap)
+        codes = np.where(dead, -1, (nq * n_t + nt) * (cap + 1) + nk)
+        uniq, inverse = np.unique(codes, return_inverse=True)
+        ids = np.empty(len(uniq), dtype=np.int32)
+        for i, c in enumerate(uniq.tolist()):
+            if c < 0:
+                ids[i] = DEAD
+                continue
+            d = index.get(c)
+            if d is None:
+                d = len(triples)
+                if d >= budget:
+                    reached = max(kk for _, _, kk in triples)
+                    raise LengthBudgetExceeded(
+                        budget,
+                        reached,
+                        f"restricting a string language to {min_length}..{max_length} characters "
+                        f"needs more than {budget} DFA states",
+                    )
+                index[c] = d
+                qt, kk = divmod(c, cap + 1)
+                triples.append((qt // n_t, qt % n_t, kk))
+            ids[i] = d
+        rows.append(ids[inverse.reshape(codes.shape)])
+    table = np.vstack(rows).astype(np.int32)
+    arr = np.asarray(triples, dtype=np.int64)
+    accepting = body.accepting[arr[:, 0]] & (arr[:, 1] == 0) & (arr[:, 2] >= min_length)
+    return minimize(ByteDFA(table, accepting, 0))

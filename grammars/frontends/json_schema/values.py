@@ -1,0 +1,157 @@
+"""JSON text layout (where whitespace and separators go) and literal JSON values (``enum``/``const``).
+
+``Layout`` is the one place that knows the whitespace policy. Containers are built as
+``"[" ws BODY "]"`` and ``"{" ws BODY "}"`` where ``BODY`` is either empty or members/elements
+followed by ``ws``; so an empty container is ``"[" ws "]"`` (one whitespace run, never two in a
+row, so each run really is bounded by ``max_whitespace`` and the grammar stays unambiguous).
+
+``literal_value`` gives every JSON text equal to a value under JSON Schema equality: numbers by
+value (``1`` = ``1.0`` = ``1e0``, via the scalars module), strings in every escape spelling,
+object members in any order (up to ``MAX_PERMUTED_MEMBERS`` members; larger object literals
+keep their written order), with the layout's whitespace inside containers.
+"""
+
+from __future__ import annotations
+
+from itertools import permutations
+from typing import Any, Iterable
+
+from grammars.frontends.json_schema import scalars
+from grammars.frontends.json_schema.options import JsonSchemaOptions
+from grammars.ir import EMPTY, NOTHING, Expr, Literal, alt, chars, repeat, seq
+
+__all__ = ["Layout", "literal_value", "literal_values", "canonical", "json_type", "dedupe", "MAX_PERMUTED_MEMBERS"]
+
+#: JSON's insignificant whitespace (RFC 8259 ``ws``)
+WS_CHARS = chars(" \t\n\r")
+#: object literals with more members than this keep their written member order
+MAX_PERMUTED_MEMBERS = 4
+
+
+class Layout:
+    """Whitespace and punctuation of JSON text under one ``JsonSchemaOptions``."""
+
+    def __init__(self, options: JsonSchemaOptions):
+        flexible = options.whitespace == "flexible" and options.max_whitespace > 0
+        self.ws: Expr = repeat(WS_CHARS, 0, options.max_whitespace) if flexible else EMPTY
+        self.comma: Expr = seq([self.ws, Literal(","), self.ws])
+        self.colon: Expr = seq([self.ws, Literal(":"), self.ws])
+
+    def document(self, value: Expr) -> Expr:
+        """The whole text: the top value with optional whitespace around it."""
+        return seq([self.ws, value, self.ws])
+
+    def array(self, body: Expr) -> Expr:
+        return seq([Literal("["), self.ws, body, Literal("]")])
+
+    def object(self, body: Expr) -> Expr:
+        return seq([Literal("{"), self.ws, body, Literal("}")])
+
+    def member(self, key: Expr, value: Expr) -> Expr:
+        return seq([key, self.colon, value])
+
+    def sep(self, started: bool) -> Expr:
+        """What comes before an element: a comma unless it is the first one."""
+        return self.comma if started else EMPTY
+
+    def end(self, started: bool) -> Expr:
+        """What closes a body: trailing whitespace after at least one element, else nothing."""
+        return self.ws if started else EMPTY
+
+    def elements(self, items: Iterable[Expr]) -> Expr:
+        """A body of exactly these elements, in order."""
+        items = list(items)
+        if not items:
+            return EMPTY
+        out: list[Expr] = []
+        for i, item in enumerate(items):
+            out.extend([self.sep(i > 0), item])
+        out.append(self.ws)
+        return seq(out)
+
+    def repeated(self, item: Expr, low: int, high: int | None, *, started: bool = False) -> Expr:
+        """A body (or, with ``started``, the rest of one) of ``low..high`` copies of ``item``."""
+        if high is not None and high < low:
+            return NOTHING
+        if item == NOTHING:
+            return self.end(started) if low == 0 else NOTHING
+        if started:
+            return seq([repeat(seq([self.comma, item]), low, high), self.ws])
+        if high == 0:
+            return EMPTY
+        more = seq([item, repeat(seq([self.comma, item]), max(low - 1, 0), None if high is None else high - 1), self.ws])
+        return more if low > 0 else alt([more, EMPTY])
+
+
+# --- values ---------------------------------------------------------------------------------
+
+
+def json_type(value: Any) -> str:
+    """The JSON Schema type of a JSON value (``integer`` for numbers with no fraction)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "integer" if value.is_integer() else "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def canonical(value: Any) -> Any:
+    """A hashable key with JSON Schema equality: ``1 == 1.0``, ``true != 1``, key order ignored."""
+    if value is None or isinstance(value, str):
+        return (json_type(value), value)
+    if isinstance(value, bool):
+        return ("boolean", value)
+    if isinstance(value, float) and value.is_integer():
+        return ("number", int(value))
+    if isinstance(value, (int, float)):
+        return ("number", value)
+    if isinstance(value, list):
+        return ("array", tuple(canonical(v) for v in value))
+    return ("object", frozenset((k, canonical(v)) for k, v in value.items()))
+
+
+def dedupe(values: Iterable[Any]) -> list[Any]:
+    """Values without repeats under JSON Schema equality, first occurrence kept."""
+    seen: set = set()
+    out = []
+    for value in values:
+        key = canonical(value)
+        if key not in seen:
+            seen.add(key)
+            out.append(value)
+    return out
+
+
+def literal_values(values: Iterable[Any], layout: Layout) -> Expr:
+    """Every JSON text equal to one of ``values``."""
+    return alt(literal_value(v, layout) for v in dedupe(values))
+
+
+def literal_value(value: Any, layout: Layout) -> Expr:
+    """Every JSON text equal to ``value`` (see the module docstring)."""
+    if value is None:
+        return Literal("null")
+    if value is True:
+        return Literal("true")
+    if value is False:
+        return Literal("false")
+    if isinstance(value, (int, float)):
+        return scalars.json_number_value(value)
+    if isinstance(value, str):
+        return scalars.json_string_value(value)
+    if isinstance(value, list):
+        return layout.array(layout.elements(literal_value(v, layout) for v in value))
+    members = [
+        layout.member(scalars.json_string_value(k), literal_value(v, layout)) for k, v in value.items()
+    ]
+    if 1 < len(members) <= MAX_PERMUTED_MEMBERS:
+        return layout.object(alt(layout.elements(order) for order in permutations(members)))
+    return layout.object(layout.elements(members))

@@ -1,0 +1,224 @@
+"""JSON Schema Test Suite: how exactly each engine's constraint matches each keyword's semantics.
+
+``python -m jsonschemabench testsuite --suite ../shared/json-schema-test-suite/tests/draft2020-12``
+takes every keyword file of the suite folder (``*.json`` directly in it; ``optional/`` is not
+read) and every test group in it (a schema and its tests), and on each engine:
+
+1. compiles the group's schema; a refusal (``PeerCompileError``), a timeout or a crash fails every
+   test of the group;
+2. for each test, serializes the instance with ``json.dumps(data, ensure_ascii=False)`` and
+   separators ``", "`` / ``": "`` (``--separators spaced``, the default: MaskBench's
+   serialization, the same text for every engine; every engine runs with flexible whitespace,
+   so a space is never a legitimate reason to reject) or ``","`` / ``":"``
+   (``--separators compact``), tokenizes it canonically and walks it token by token
+   (``maskbench.walk_instance``);
+3. a test **passes** when a valid instance is accepted (every token in the mask, EOS allowed at
+   the end) or an invalid one is rejected (some token outside the mask, or no EOS at the end).
+   The mask decides, as in generation; where the engine's own "accepting" flag disagrees with
+   EOS being in the mask, the test row records ``accept_disagree``.
+
+Why xgrammar's count depends on both choices (measured with xgrammar 0.2.8, draft 2020-12):
+with spaced separators it passes 869 of 1,299; ``enum``/``const`` with object or array values
+match only the compact text (6 valid instances such as ``{"a": false}`` are rejected despite
+``any_whitespace=True``), so compact separators give 875; and in ``unevaluatedProperties``
+group 33 (a recursive ``$ref``) its mask leaves out the token ``}}`` that ``accept_token()``
+takes, on 3 valid instances, so a harness that walks with ``accept_token()`` alone and asks
+``is_completed()`` counts those (and accepts 1 more invalid one): 877, the figure quoted for
+this suite. This runner judges by the mask, which is what constrains generation.
+llguidance passes 583 either way.
+
+Schemas with remote ``$ref`` (``http://localhost:1234/...``, the suite's ``remotes/``) are given
+as they are: engines that cannot fetch them refuse them or mis-handle them, and fail those tests.
+The suite's draft 2020-12 main files hold 46 keyword files, 383 groups and 1,299 tests.
+
+Each (group, engine) runs in a worker process, as in ``maskbench`` (``--timeout`` per group,
+default 60 s; crashes are recorded, never fatal). Outputs (``--out``, default
+``runs/testsuite-<timestamp>``): ``results.jsonl`` (one line per group × engine, every test's
+verdict), ``summary.json`` (passed/total per file and engine, totals, versions and options) and
+``summary.md`` (the table, also printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .maskbench import (
+    Task,
+    WorkerConfig,
+    _progress_bar,
+    add_common_arguments,
+    available_engines,
+    default_shared,
+    parse_engines,
+    run_meta,
+    run_tasks,
+    walk_instance,
+    worker_config,
+)
+
+__all__ = ["DEFAULT_ENGINES", "list_keyword_files", "load_groups", "run_group", "run_testsuite",
+           "add_arguments", "main"]
+
+DEFAULT_ENGINES = ("corral", "llguidance", "xgrammar")
+SEPARATORS = {"spaced": (", ", ": "), "compact": (",", ":")}
+
+
+def list_keyword_files(suite_dir: Path) -> list[Path]:
+    """The suite's keyword files (``*.json`` directly in ``suite_dir``, sorted; not ``optional/``)."""
+    if not suite_dir.is_dir():
+        raise FileNotFoundError(f"test suite folder not found: {suite_dir} (pass --suite DIR)")
+    return sorted((p for p in suite_dir.glob("*.json") if p.is_file()), key=lambda p: p.name)
+
+
+def load_groups(path: Path) -> list[dict]:
+    """The test groups of one keyword file: ``[{"description", "schema", "tests": [...]}, ...]``."""
+    groups = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(groups, list):
+        raise ValueError(f"{path}: expected a list of test groups")
+    return groups
+
+
+def run_group(engine: Any, tokenizer: Any, payload: dict, progress: Callable[[dict], None]) -> dict:
+    """Compile one group's schema on ``engine`` and judge each of its tests (runs in a worker)."""
+    from .schema_peers import PeerCompileError
+
+    group = load_groups(Path(payload["path"]))[payload["group"]]
+    tests = group.get("tests") or []
+    separators = SEPARATORS[payload.get("separators", "spaced")]
+    token_lists = [list(tokenizer.encode(json.dumps(test["data"], ensure_ascii=False, separators=separators)))
+                   for test in tests]
+    engine.reset_caches()
+    try:
+        handle = engine.compile(group["schema"])
+    except PeerCompileError as exc:
+        error = f"{exc.kind or type(exc).__name__}: {exc}"
+        return {"outcome": "compile_error", "error": error[:500], "keyword": getattr(exc, "keyword", None),
+                "tests": [{"description": t.get("description", ""), "valid": bool(t.get("valid")),
+                           "passed": False, "verdict": "compile_error"} for t in tests]}
+    verdicts = []
+    for test, ids in zip(tests, token_lists):
+        verdict, pos, counters = walk_instance(engine, handle, ids, [])
+        valid = bool(test.get("valid"))
+        verdicts.append({"description": test.get("description", ""), "valid": valid,
+                         "passed": (verdict == "accepted") == valid, "verdict": verdict,
+                         **({"position": pos, "of": len(ids)} if verdict == "rejected_token" else {}),
+                         **({"accept_disagree": True} if counters["accept_disagree"] else {})})
+    return {"outcome": "ok", "error": None, "tests": verdicts}
+
+
+def run_testsuite(
+    files: Sequence[Path],
+    engines: Sequence[str],
+    out_dir: Path,
+    *,
+    config: WorkerConfig,
+    workers: int = 2,
+    timeout_s: float = 60.0,
+    separators: str = "spaced",
+    progress: bool = True,
+    meta: dict | None = None,
+) -> dict:
+    """Run every group of every file on every engine; write results.jsonl, summary.json/.md."""
+    if separators not in SEPARATORS:
+        raise ValueError(f"separators must be one of {', '.join(SEPARATORS)}")
+    from . import report
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tasks = []
+    sizes: dict[tuple[str, int], int] = {}
+    for path in files:
+        for index, group in enumerate(load_groups(path)):
+            sizes[(path.name, index)] = len(group.get("tests") or [])
+            for engine in engines:
+                tasks.append(Task((path.name, index, group.get("description", "")), engine,
+                                  "jsonschemabench.testsuite:run_group", {"path": str(path), "group": index,
+                                                                         "separators": separators}))
+    rows: list[dict] = []
+    engine_info: dict[str, dict] = {}
+    skipped: dict[str, str] = {}
+    bar = _progress_bar(len(tasks), "testsuite") if progress else None
+    with (out_dir / "results.jsonl").open("w", encoding="utf-8") as sink:
+        def on_result(task: Task, record: dict, info: dict | None) -> None:
+            file_name, index, description = task.key
+            if info is not None:
+                engine_info.setdefault(task.engine, info)
+            row = {"file": file_name, "group": index, "description": description, "engine": task.engine,
+                   "n_tests": sizes[(file_name, index)], **record}
+            row.setdefault("error", None)
+            row.setdefault("tests", [])
+            rows.append(row)
+            sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+            sink.flush()
+            if bar is not None:
+                bar.update(1)
+                if row["outcome"] in ("timeout", "crash"):
+                    bar.write(f"{task.engine} {file_name} #{index}: {row['outcome']} ({row.get('error')})")
+
+        def on_unavailable(engine: str, message: str) -> None:
+            skipped[engine] = message
+            if bar is not None:
+                bar.write(f"{engine}: skipped ({message})")
+                bar.total -= sum(1 for t in tasks if t.engine == engine)
+                bar.refresh()
+
+        try:
+            run_tasks(tasks, config, on_result, workers=workers, timeout_s=timeout_s, on_unavailable=on_unavailable)
+        finally:
+            if bar is not None:
+                bar.close()
+    order = [e for e in engines if e not in skipped]
+    summary = report.summarize_testsuite(rows, order, engine_info)
+    meta = dict(meta or {})
+    summary["meta"] = {**meta, "skipped": {**meta.get("skipped", {}), **skipped}, "timeout_s": timeout_s,
+                       "workers": workers, "keyword_files": len(files), "groups": len(sizes),
+                       "tests": sum(sizes.values()),
+                       "serialization": f"json.dumps(data, ensure_ascii=False, separators={SEPARATORS[separators]!r})"}
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out_dir / "summary.md").write_text(report.testsuite_markdown(summary), encoding="utf-8")
+    return summary
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the ``testsuite`` subcommand's options on ``parser``."""
+    parser.add_argument("--suite", type=Path, default=None,
+                        help="a draft folder of the suite (default: "
+                        "../shared/json-schema-test-suite/tests/draft2020-12)")
+    add_common_arguments(parser, DEFAULT_ENGINES)
+    parser.add_argument("--only", default="", metavar="GLOB", help="only keyword files whose name matches GLOB")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="limit per test group and engine (default 60)")
+    parser.add_argument("--separators", choices=sorted(SEPARATORS), default="spaced",
+                        help="instance text: 'spaced' (', ' and ': ', MaskBench's; default) or 'compact'")
+    parser.set_defaults(run=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the Test Suite with parsed ``args``; returns the process exit status."""
+    import fnmatch
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    config = worker_config(args)
+    engines, skipped = available_engines(parse_engines(args.engines), log)
+    if not engines:
+        log("no engine available")
+        return 1
+    suite = args.suite or default_shared("json-schema-test-suite", "tests", "draft2020-12")
+    files = [p for p in list_keyword_files(suite) if not args.only or fnmatch.fnmatch(p.name, args.only)]
+    if not files:
+        log("no keyword files selected")
+        return 1
+    out = args.out or Path("runs") / f"testsuite-{datetime.now():%Y%m%d-%H%M%S}"
+    meta = run_meta(args, config) | {"suite": str(suite), "skipped": skipped}
+    log(f"testsuite: {len(files)} keyword files x {len(engines)} engines, {args.workers} workers -> {out}")
+    summary = run_testsuite(files, engines, out, config=config, workers=args.workers, timeout_s=args.timeout,
+                            separators=args.separators, progress=not args.no_progress, meta=meta)
+    print((out / "summary.md").read_text(encoding="utf-8"))
+    log(f"wrote {out}/results.jsonl, summary.json, summary.md")
+    return 0

@@ -1,0 +1,127 @@
+"""``LanguageModel`` adapters: the scripted mock, and ``HFCausalLM`` whose KV-cache reuse must give
+the logits a from-scratch forward pass gives, through extensions, rollbacks (crop), row
+reorders, duplications (SMC resampling) and batches of different lengths."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from engine import HFCausalLM, LanguageModel, ScriptedLM
+
+# --- ScriptedLM -------------------------------------------------------------------------------
+
+
+def test_scripted_steps_repeat_the_last_entry():
+    lm = ScriptedLM(4, [{1: 5.0}, [0.0, 0.0, 0.0, 9.0]], default=-1.0)
+    first = lm.next_logits([[0], [0, 1]])
+    assert first.tolist() == [[-1.0, 5.0, -1.0, -1.0]] * 2
+    assert lm.next_logits([[0]]).argmax().item() == 3
+    assert lm.next_logits([[0]]).argmax().item() == 3
+    assert lm.calls == 3 and lm.rows == 4 and lm.prefixes[1] == (0, 1)
+
+
+def test_scripted_function_of_the_prefix_and_validation():
+    lm = ScriptedLM(3, lambda prefix: torch.tensor([float(len(prefix)), 0.0, 0.0]))
+    assert lm.next_logits([[1, 2]])[0, 0].item() == 2.0
+    assert isinstance(lm, LanguageModel)
+    with pytest.raises(ValueError, match="empty"):
+        lm.next_logits([[]])
+    with pytest.raises(ValueError, match="outside"):
+        lm.next_logits([[5]])
+    with pytest.raises(ValueError, match="at least one"):
+        lm.next_logits([])
+    with pytest.raises(ValueError, match="entries"):
+        ScriptedLM(3, [[1.0, 2.0]]).next_logits([[0]])
+
+
+# --- HFCausalLM ---------------------------------------------------------------------------------
+
+
+def random_walk(width: int, steps: int, seed: int):
+    """Batches of prefixes as a decoder (and SMC) would produce them."""
+    rng = random.Random(seed)
+    prefixes = [[rng.randrange(width) for _ in range(rng.randrange(1, 7))] for _ in range(3)]
+    for _ in range(steps):
+        nxt = []
+        for p in prefixes:
+            r = rng.random()
+            if r < 0.55:
+                p = p + [rng.randrange(width) for _ in range(rng.randrange(1, 4))]  # sample / fast-forward
+            elif r < 0.8 and len(p) > 1:
+                p = p[: rng.randrange(1, len(p))]  # rollback
+            nxt.append(p)
+        if rng.random() < 0.25:  # resample: reorder, duplicate, drop rows
+            nxt = [nxt[rng.randrange(len(nxt))] for _ in range(rng.randrange(1, 5))]
+        prefixes = nxt
+        yield prefixes
+
+
+@pytest.mark.parametrize("arch", ["tiny_gpt2", "tiny_llama"])
+def test_kv_cache_gives_the_logits_of_a_fresh_forward_pass(request, arch):
+    model = request.getfixturevalue(arch)
+    cached, fresh = HFCausalLM(model), HFCausalLM(model, use_cache=False)
+    worst = 0.0
+    for prefixes in random_walk(cached.logits_width, steps=15, seed=3):
+        a, b = cached.next_logits(prefixes), fresh.next_logits(prefixes)
+        assert a.shape == (len(prefixes), cached.logits_width)
+        worst = max(worst, (a - b).abs().max().item())
+    assert worst < 1e-4
+    assert cached.tokens_fed < fresh.tokens_fed  # the cache was reused despite rollbacks and resampling
+
+
+def test_cache_extends_by_the_new_tokens_only(tiny_gpt2):
+    lm = HFCausalLM(tiny_gpt2)
+    lm.next_logits([[1, 2, 3], [4, 5]])
+    fed = lm.tokens_fed
+    lm.next_logits([[1, 2, 3, 6], [4, 5, 7, 8, 9]])  # one sampled token; three fast-forwarded
+    assert lm.tokens_fed - fed == 4 and lm.forward_calls == 2
+    again = lm.next_logits([[1, 2, 3, 6], [4, 5, 7, 8, 9]])  # nothing new: no forward pass
+    assert lm.forward_calls == 2 and again.shape[0] == 2
+
+
+def test_rollback_crops_the_cache(tiny_gpt2):
+    lm = HFCausalLM(tiny_gpt2)
+    ref = HFCausalLM(tiny_gpt2, use_cache=False)
+    lm.next_logits([[1, 2, 3, 4, 5, 6]])
+    assert lm.cached_tokens == 6
+    out = lm.next_logits([[1, 2, 3, 9]])
+    assert lm.cached_tokens == 4
+    assert torch.allclose(out, ref.next_logits([[1, 2, 3, 9]]), atol=1e-5)
+    shorter = lm.next_logits([[1, 2]])  # a strict prefix: re-feed its last token for the logits
+    assert torch.allclose(shorter, ref.next_logits([[1, 2]]), atol=1e-5)
+    lm.reset()
+    assert lm.cached_tokens == 0
+
+
+def test_returned_logits_are_the_callers(tiny_gpt2):
+    lm = HFCausalLM(tiny_gpt2)
+    out = lm.next_logits([[1, 2]])
+    out.fill_(float("-inf"))  # a decoder masks in place
+    assert torch.isfinite(lm.next_logits([[1, 2]])).all()
+
+
+def test_padded_output_layer_sets_the_width():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=1000, n_embd=16, n_layer=1, n_head=2))
+    model.resize_token_embeddings(1024)
+    assert HFCausalLM(model).logits_width == 1024
+
+
+def test_from_pretrained_round_trip(tiny_model_dir, tiny_gpt2):
+    lm = HFCausalLM.from_pretrained(tiny_model_dir, dtype="float32", local_files_only=True)
+    ref = HFCausalLM(tiny_gpt2)
+    assert torch.allclose(lm.next_logits([[5, 6, 7]]), ref.next_logits([[5, 6, 7]]), atol=1e-6)
+
+
+def test_bad_inputs():
+    with pytest.raises(TypeError, match="PreTrainedModel"):
+        HFCausalLM(object())
+    from engine.lm import _as_dtype
+
+    with pytest.raises(ValueError, match="unknown dtype"):
+        _as_dtype("float7")

@@ -1,0 +1,270 @@
+"""Keyword families of the JSON Schema front end, judged against ``jsonschema`` on concrete texts.
+
+Every case is (schema, instances): each instance is serialized (compactly, with ``ensure_ascii``
+both ways, and pretty-printed under flexible whitespace) and the compiled grammar must accept a
+text exactly when ``jsonschema`` says the instance is valid. Cases that exercise key order use
+``property_order="any"`` (every order is valid JSON Schema-wise); the order policies themselves
+are tested separately.
+"""
+
+from __future__ import annotations
+
+import pytest
+from schema_check import Checker
+
+from grammars.frontends.json_schema import (
+    JsonSchemaOptions,
+    analyze_json_schema,
+    load_schema,
+)
+
+DRAFT7 = "http://json-schema.org/draft-07/schema#"
+DRAFT4 = "http://json-schema.org/draft-04/schema#"
+DRAFT2019 = "https://json-schema.org/draft/2019-09/schema"
+
+ANY = [None, True, False, 0, -1, 2.5, "", "a", [], [1, "a"], {}, {"a": 1}]
+
+CASES = {
+    # --- types -----------------------------------------------------------------------------
+    "type-each": ({"type": "null"}, ANY),
+    "type-boolean": ({"type": "boolean"}, ANY),
+    "type-integer": ({"type": "integer"}, ANY + [-7, 10**20]),  # 3.0: integer texts only (scalars)
+    "type-number": ({"type": "number"}, ANY + [1e-5, -0.0]),
+    "type-list": ({"type": ["string", "null"]}, ANY),
+    "type-integer-number": ({"type": ["integer", "number"]}, ANY),
+    "true": (True, ANY),
+    "false": (False, ANY),
+    "empty": ({}, ANY),
+    # --- enum / const ----------------------------------------------------------------------
+    "enum-mixed": ({"enum": ["a", 1, None, True, [1, "x"], {"k": [1, 2], "j": "v"}]},
+                   ANY + [1.0, True, ["x", 1], {"j": "v", "k": [1, 2]}, {"k": [1, 2]}, "A", "\u00e9"]),
+    "enum-with-type": ({"type": "string", "enum": ["a", 1, "b"]}, ["a", "b", 1, "c"]),
+    "const-number": ({"const": 1}, [1, 1.0, True, "1", 2]),
+    "const-string-escapes": ({"const": 'q"\\/\u00e9\n'}, ['q"\\/\u00e9\n', "q", 'q"\\/e\n']),
+    "const-false": ({"const": False}, [False, 0, None, True]),
+    "enum-and-const": ({"enum": [1, 2, 3], "const": 2}, [1, 2, 3]),
+    # --- objects ---------------------------------------------------------------------------
+    "properties-required": (
+        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["a"]},
+        [{"a": 1}, {"a": 1, "b": "x"}, {"b": "x"}, {"a": "x"}, {"a": 1, "c": [1]}, {"c": 1, "a": 1}, {}, [], 1],
+    ),
+    "additional-false": (
+        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {}}, "additionalProperties": False},
+        [{}, {"a": 1}, {"a": 1, "b": None}, {"a": 1, "c": 1}, {"c": 1}, {"a": "x"}],
+    ),
+    "additional-schema": (
+        {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": {"type": "integer"}},
+        [{}, {"a": "x"}, {"a": 1}, {"b": 1}, {"b": "x"}, {"a": "x", "b": 2, "c": 3}],
+    ),
+    "required-not-declared": (
+        {"type": "object", "properties": {"a": {}}, "required": ["a", "z"]},
+        [{"a": 1}, {"a": 1, "z": 2}, {"z": 2}],
+    ),
+    "required-forbidden": (
+        {"type": "object", "properties": {"a": {}}, "required": ["z"], "additionalProperties": False},
+        [{}, {"a": 1}, {"z": 1}],
+    ),
+    "properties-false": (
+        {"type": "object", "properties": {"a": False, "b": {"type": "integer"}}},
+        [{}, {"a": 1}, {"b": 1}, {"b": 1, "c": 2}],
+    ),
+    "min-max-properties": (
+        {"type": "object", "properties": {"a": {}, "b": {}}, "minProperties": 1, "maxProperties": 2},
+        [{}, {"a": 1}, {"x": 1}, {"a": 1, "b": 2}, {"a": 1, "x": 2}, {"a": 1, "b": 2, "x": 3}, {"x": 1, "y": 2, "z": 3}],
+    ),
+    "max-properties-closed": (
+        {"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "additionalProperties": False, "maxProperties": 1},
+        [{}, {"a": 1}, {"a": 1, "b": 2}, {"c": 3}],
+    ),
+    "pattern-properties-closed": (
+        {"type": "object", "properties": {"id": {"type": "string"}},
+         "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False},
+        [{}, {"id": "a"}, {"x-a": 1}, {"x-a": "s"}, {"y": 1}, {"id": 1}, {"id": "a", "x-b": 2, "x-c": 3}],
+    ),
+    "pattern-properties-open": (
+        {"type": "object", "patternProperties": {"^x-": {"type": "integer"}, "y$": {"type": "string"}}},
+        [{}, {"x-a": 1}, {"x-a": "s"}, {"ay": "s"}, {"ay": 1}, {"x-y": 1}, {"x-y": "s"}, {"z": None}],
+    ),
+    "pattern-properties-additional": (
+        {"type": "object", "properties": {"x-known": {"type": "boolean"}},
+         "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": {"type": "string"}},
+        [{}, {"x-a": 1}, {"x-a": "s"}, {"b": "s"}, {"b": 1}, {"x-known": True}, {"x-known": 1}],
+    ),
+    "property-names-pattern": (
+        {"type": "object", "propertyNames": {"pattern": "^[a-c]+$"}, "properties": {"ab": {"type": "integer"}}},
+        [{}, {"a": 1}, {"d": 1}, {"ab": 1}, {"ab": "x"}, {"abc": [], "b": None}],
+    ),
+    "property-names-enum": (
+        {"type": "object", "propertyNames": {"enum": ["a", "b"]}, "properties": {"a": {"type": "integer"}}},
+        [{}, {"a": 1}, {"a": "x"}, {"b": "x"}, {"c": 1}, {"b": 1, "a": 2}],
+    ),
+    "property-names-not": (
+        {"type": "object", "propertyNames": {"not": {"enum": ["x", "y"]}, "maxLength": 3}},
+        [{}, {"x": 1}, {"a": 1}, {"abcd": 1}, {"xy": 2}],
+    ),
+    "escaped-known-key": (
+        {"type": "object", "properties": {"a": {"type": "integer"}}},
+        [{"a": 1}, {"a": "x"}, {"\u00e9": "x"}, {"\u00e9a": 1}],
+    ),
+    # --- arrays ----------------------------------------------------------------------------
+    "items-bounds": ({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
+                     [[], [1], [1, 2, 3], [1, 2, 3, 4], ["a"], [1, "a"]]),
+    "prefix-items": ({"prefixItems": [{"type": "integer"}, {"type": "string"}], "items": False},
+                     [[], [1], [1, "a"], [1, "a", 2], ["a"], "x"]),
+    "prefix-items-rest": ({"type": "array", "prefixItems": [{"const": 0}], "items": {"type": "string"}, "minItems": 2},
+                          [[], [0], [0, "a"], [0, "a", "b"], [1, "a"], [0, 1]]),
+    "items-array-draft7": ({"$schema": DRAFT7, "items": [{"type": "integer"}], "additionalItems": {"type": "null"}},
+                           [[], [1], [1, None], [1, None, None], [1, 2], ["a"]]),
+    "contains": ({"type": "array", "contains": {"const": 1}}, [[], [1], [2, 1, 3], [2, 3], [1, 1]]),
+    "min-contains": ({"$schema": DRAFT2019, "type": "array", "items": {"type": "integer"}, "contains": {"minimum": 5}, "minContains": 2},
+                     [[], [5], [5, 6], [1, 5, 2, 7], [5, "x", 6], [1, 2]]),
+    "unique-single": ({"type": "array", "uniqueItems": True, "maxItems": 1}, [[], [1], [1, 1]]),
+    # --- combinators -----------------------------------------------------------------------
+    "anyOf": ({"anyOf": [{"type": "string", "maxLength": 2}, {"type": "integer", "minimum": 3}]}, ANY + [3, 2, "abc"]),
+    "anyOf-siblings": (
+        {"type": "object", "properties": {"a": {}, "b": {}}, "anyOf": [{"required": ["a"]}, {"required": ["b"]}]},
+        [{}, {"a": 1}, {"b": 1}, {"a": 1, "b": 2}, {"c": 1}, "x"],
+    ),
+    "oneOf-types": ({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}, ANY + [["a"]]),
+    "oneOf-discriminator": (
+        {"type": "object", "oneOf": [
+            {"properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}, "required": ["kind"]},
+            {"properties": {"kind": {"const": "b"}, "x": {"type": "string"}}, "required": ["kind"]}]},
+        [{"kind": "a", "x": 1}, {"kind": "b", "x": "s"}, {"kind": "a", "x": "s"}, {"kind": "c"}, {}],
+    ),
+    "oneOf-enums": ({"oneOf": [{"enum": [1, 2]}, {"enum": [3, "x"]}]}, [1, 2, 3, "x", 4]),
+    # overlapping branches: each branch minus the others
+    "oneOf-required-exclusive": ({"type": "object", "properties": {"a": {}, "b": {}}, "oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
+                                 [{}, {"a": 1}, {"b": 1}, {"a": 1, "b": 2}, {"c": 1}]),
+    "oneOf-overlapping-enums": ({"oneOf": [{"enum": [1, 2]}, {"enum": [2, 3]}]}, [1, 2, 3, 4]),
+    "oneOf-string-or-enum": ({"oneOf": [{"type": "string"}, {"enum": ["a", 1]}]}, ["a", "b", 1, 2]),
+    "oneOf-ranges": ({"type": "integer", "oneOf": [{"minimum": 3}, {"maximum": 5}]}, [1, 3, 4, 5, 6]),
+    "oneOf-properties": ({"type": "object", "oneOf": [{"properties": {"a": {"type": "string"}}}, {"properties": {"a": {"type": "integer"}}}]},
+                         [{}, {"a": 1}, {"a": "x"}, {"a": None}]),
+    "allOf-merge": (
+        {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}},
+                   {"properties": {"a": {"minimum": 2}, "b": {"type": "string"}}, "required": ["a"]},
+                   {"additionalProperties": False, "properties": {"a": True, "b": True}}]},
+        [{"a": 1}, {"a": 2}, {}, {"a": 2, "b": "s"}, {"a": 2, "b": 1}, {"a": 2, "c": 1}],
+    ),
+    "allOf-closed-branch": (
+        {"allOf": [{"properties": {"a": {}}, "additionalProperties": False}, {"properties": {"b": {}}}]},
+        [{}, {"a": 1}, {"b": 1}, {"a": 1, "b": 1}],
+    ),
+    "allOf-strings": ({"allOf": [{"type": "string", "minLength": 2}, {"maxLength": 3}, {"pattern": "a"}, {"pattern": "b"}]},
+                      ["ab", "ba", "a", "abab", "cab", "aa", 5]),
+    "not-type": ({"not": {"type": ["string", "object"]}}, ANY),
+    "not-enum-string": ({"type": "string", "not": {"enum": ["a", "b"]}}, ["a", "b", "c", "", "ab"]),
+    "not-required": ({"type": "object", "not": {"required": ["a"]}}, [{}, {"a": 1}, {"b": 1}]),
+    "not-anyOf": ({"not": {"anyOf": [{"type": "string"}, {"type": "number", "minimum": 3}]}}, ANY + [3, 2]),
+    "not-pattern": ({"type": "string", "pattern": "^a", "not": {"pattern": "b"}}, ["a", "ab", "ba", "ac", "b"]),
+    "not-properties": ({"type": "object", "not": {"properties": {"a": {"const": "x"}}}}, [{}, {"a": "x"}, {"a": "y"}, {"b": "x"}]),
+    "not-bounds": ({"not": {"minimum": 3, "maxLength": 2}}, ANY + [3, 2, "abc", "ab"]),
+    "if-then-else": (
+        {"$schema": DRAFT7, "if": {"properties": {"t": {"const": "x"}}, "required": ["t"]},
+         "then": {"required": ["a"]}, "else": {"required": ["b"]}},
+        [{"t": "x", "a": 1}, {"t": "x"}, {"t": "y", "b": 1}, {"t": "y"}, {"b": 1}, {}, 5],
+    ),
+    "dependencies-draft7": (
+        {"$schema": DRAFT7, "type": "object", "dependencies": {"a": ["b"], "c": {"required": ["d"]}}},
+        [{}, {"a": 1}, {"a": 1, "b": 2}, {"c": 1}, {"c": 1, "d": 1}, {"b": 1}],
+    ),
+    "dependent-required": ({"type": "object", "dependentRequired": {"a": ["b"]}}, [{}, {"a": 1}, {"a": 1, "b": 2}, {"b": 1}]),
+    "dependencies-ignored-2020": ({"type": "object", "dependencies": {"a": ["b"]}}, [{"a": 1}, {}]),
+    "const-ignored-draft4": ({"$schema": DRAFT4, "const": 1}, [1, 2]),
+    # --- scalars through the structure -------------------------------------------------------
+    "string-lengths": ({"type": "string", "minLength": 1, "maxLength": 3}, ["", "a", "abc", "abcd", "\u00e9\u00e9"]),
+    "integer-range": ({"type": "integer", "minimum": -2, "exclusiveMaximum": 5}, [-3, -2, 0, 4, 5, 1.5]),
+    "draft4-exclusive": ({"$schema": DRAFT4, "type": "number", "minimum": 0, "exclusiveMinimum": True}, [0, 0.5, -1, 1]),
+}
+
+
+@pytest.fixture(scope="module")
+def checker(byte_vocab):
+    return Checker(byte_vocab)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_agrees_with_jsonschema(checker, name):
+    schema, instances = CASES[name]
+    assert not checker.disagreements(schema, instances, property_order="any")
+
+
+@pytest.mark.parametrize("name", ["properties-required", "anyOf-siblings", "pattern-properties-closed", "enum-mixed", "items-bounds"])
+def test_agrees_with_flexible_whitespace(checker, name):
+    schema, instances = CASES[name]
+    assert not checker.disagreements(schema, instances, whitespace="flexible", property_order="any")
+
+
+# --- layout ---------------------------------------------------------------------------------
+
+OBJECT = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "array"}}, "required": ["a"]}
+
+
+def test_compact_whitespace_rejects_insignificant_whitespace(checker):
+    assert checker.accepts(OBJECT, '{"a":1,"b":[]}')
+    for text in ('{ "a":1}', '{"a": 1}', '{"a":1 }', ' {"a":1}', '{"a":1,"b":[ ]}', '{"a":1}\n'):
+        assert not checker.accepts(OBJECT, text), text
+
+
+def test_flexible_whitespace_is_bounded_per_run(checker):
+    options = {"whitespace": "flexible", "max_whitespace": 3}
+    assert checker.accepts(OBJECT, '\n{ "a" :\t1 ,\r\n"b":[ ] }  ', **options)
+    assert checker.accepts(OBJECT, '{   "a":1}', **options)
+    assert not checker.accepts(OBJECT, '{    "a":1}', **options)
+    assert not checker.accepts(OBJECT, '{"a":1,"b":[    ]}', **options)
+    assert not checker.accepts(OBJECT, '{"a":1\x0b}', **options)  # vertical tab is not JSON whitespace
+
+
+def test_whitespace_inside_strings_is_content(checker):
+    schema = {"type": "string", "maxLength": 2}
+    assert checker.accepts(schema, '"  "', whitespace="flexible")
+    assert not checker.accepts(schema, '"   "', whitespace="flexible")
+
+
+def test_schema_order_accepts_extras_anywhere_but_declared_keys_in_order(checker):
+    schema = {"type": "object", "properties": {"a": {}, "b": {}}}
+    for text in ('{"a":1,"b":2}', '{"x":0,"a":1,"y":0,"b":2,"z":0}', '{"b":2}', "{}"):
+        assert checker.accepts(schema, text), text
+    assert not checker.accepts(schema, '{"b":2,"a":1}')
+    assert checker.accepts(schema, '{"b":2,"a":1}', property_order="any")
+
+
+def test_required_first_order(checker):
+    schema = {"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "required": ["c"], "additionalProperties": False}
+    assert checker.accepts(schema, '{"c":3,"a":1,"b":2}', property_order="required_first")
+    assert not checker.accepts(schema, '{"a":1,"c":3}', property_order="required_first")
+    assert checker.accepts(schema, '{"a":1,"c":3}', property_order="schema")
+
+
+def test_any_order_falls_back_to_schema_order_beyond_the_limit(checker):
+    names = [f"p{i}" for i in range(5)]
+    schema = {"type": "object", "properties": {n: {} for n in names}, "required": names, "additionalProperties": False}
+    in_order = "{" + ",".join(f'"{n}":0' for n in names) + "}"
+    reversed_ = "{" + ",".join(f'"{n}":0' for n in reversed(names)) + "}"
+    assert checker.accepts(schema, reversed_, property_order="any", any_order_limit=5)
+    assert checker.accepts(schema, in_order, property_order="any", any_order_limit=4)
+    assert not checker.accepts(schema, reversed_, property_order="any", any_order_limit=4)
+    report = analyze_json_schema(load_schema(schema), JsonSchemaOptions(property_order="any", any_order_limit=4))
+    assert report.narrowed and report.exact
+
+
+def test_duplicate_declared_keys_are_rejected(checker):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert not checker.accepts(schema, '{"a":1,"a":2}', property_order="any")
+    assert not checker.accepts(schema, '{"a":1,"\\u0061":"x"}', property_order="any")
+
+
+def test_additional_properties_default_false_mimics_closed_objects(checker):
+    schema = {"type": "object", "properties": {"a": {}}}
+    assert checker.accepts(schema, '{"a":1,"b":2}')
+    assert not checker.accepts(schema, '{"a":1,"b":2}', additional_properties_default=False)
+    assert checker.accepts(schema, '{"a":1}', additional_properties_default=False)
+
+
+def test_recursive_schema_accepts_deep_instances(checker):
+    tree = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}, "additionalProperties": False}
+    deep = {}
+    for _ in range(30):
+        deep = {"kids": [deep, {}]}
+    assert not checker.disagreements(tree, [deep, {"kids": [{"kids": [{"x": 1}]}]}])

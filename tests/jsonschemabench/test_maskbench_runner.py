@@ -1,0 +1,404 @@
+"""The MaskBench runner: outcome classification, worker isolation, percentiles and outputs.
+
+Fake engines over a byte tokenizer (token id = byte value, EOS = 256) run on tiny synthetic
+MaskBench files, in-process (``run_case``) and through the worker pool (``run_maskbench``):
+accept-everything (invalidation errors), reject-everything (validation errors), refuse at
+compile (compile errors), an exact enum engine (passes), and traps that sleep (timeout), exit
+or segfault (crash) or raise mid-walk (crash). The fakes live in this module so the spawned
+workers can import them by name. A smoke test runs corral and llguidance on two real files
+when ``../shared`` is present.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jsonschemabench import report
+from jsonschemabench.maskbench import (
+    OUTCOMES,
+    WorkerConfig,
+    list_cases,
+    run_case,
+    run_maskbench,
+    select_sample,
+    serialize_instance,
+    split_of,
+)
+from jsonschemabench.schema_peers import EngineUnavailable, PeerCompileError
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # spawned workers import the fakes from this module by name
+    sys.path.insert(0, str(HERE))
+MODULE = __name__
+
+REPO_ROOT = HERE.parent.parent
+SHARED_DIR = Path(os.environ.get("CORRAL_SHARED_DIR", REPO_ROOT.parent / "shared"))
+
+EOS = 256
+WIDTH = 257
+
+
+# --- fakes -------------------------------------------------------------------------------------
+
+
+class ByteTokenizer:
+    """Token id = UTF-8 byte; no ``vocab`` (failure notes print ids)."""
+
+    vocab = None
+
+    @staticmethod
+    def encode(text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+
+def byte_tokenizer(_arg=None) -> ByteTokenizer:
+    return ByteTokenizer()
+
+
+def _mask(bits) -> np.ndarray:
+    mask = np.zeros((1, (WIDTH + 31) // 32), dtype=np.int32)
+    flat = mask.view(np.uint32).reshape(-1)
+    for bit in bits:
+        flat[bit >> 5] |= np.uint32(1 << (bit & 31))
+    return mask
+
+
+class FakeEngine:
+    name = "fake"
+    version = "0"
+    eos_token_ids = (EOS,)
+
+    def __init__(self, tokenizer):
+        self.options = {"call": f"{type(self).__name__}()"}
+
+    def reset_caches(self):
+        pass
+
+    def compile(self, schema):
+        return schema
+
+    def matcher(self, handle):
+        return [handle, b""]
+
+    def allowed(self, mask, token):
+        return bool((int(mask.reshape(-1)[token >> 5]) >> (token & 31)) & 1)
+
+    def advance(self, m, token):
+        m[1] += bytes([token])
+        return True
+
+    def is_accepting(self, m):
+        return True
+
+
+class AcceptAll(FakeEngine):
+    name = "accept_all"
+    _all = _mask(range(WIDTH))
+
+    def fill_mask(self, m):
+        return self._all
+
+
+class RejectAll(FakeEngine):
+    name = "reject_all"
+    _none = _mask(())
+
+    def fill_mask(self, m):
+        return self._none
+
+    def is_accepting(self, m):
+        return False
+
+
+class RefuseAll(AcceptAll):
+    name = "refuse_all"
+
+    def compile(self, schema):
+        raise PeerCompileError("refused on purpose", kind="FakeError", keyword="enum", pointer="#/enum")
+
+
+class ExactEnum(FakeEngine):
+    """Exact for ``{"enum": [...]}`` (refuses anything else); traps on ``"x-trap"``."""
+
+    name = "exact"
+
+    def compile(self, schema):
+        trap = schema.get("x-trap") if isinstance(schema, dict) else None
+        if trap == "sleep":
+            time.sleep(60)
+        elif trap == "exit":
+            os._exit(3)
+        elif trap == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if not isinstance(schema, dict) or "enum" not in schema:
+            raise PeerCompileError("only enum schemas", kind="FakeError")
+        values = [serialize_instance(v).encode() for v in schema["enum"]]
+        return {"values": values, "raise": trap == "raise"}
+
+    def fill_mask(self, m):
+        handle, prefix = m
+        bits = {v[len(prefix)] for v in handle["values"] if v.startswith(prefix) and len(v) > len(prefix)}
+        if prefix in handle["values"]:
+            bits.add(EOS)
+        return _mask(bits)
+
+    def advance(self, m, token):
+        if m[0]["raise"]:
+            raise RuntimeError("engine bug in advance")
+        return super().advance(m, token)
+
+    def is_accepting(self, m):
+        return m[1] in m[0]["values"]
+
+
+def missing_engine(tokenizer):
+    raise EngineUnavailable("not installed here")
+
+
+def spec(name: str) -> str:
+    return f"{MODULE}:{name}"
+
+
+# --- synthetic MaskBench files -------------------------------------------------------------------
+
+CASES = {
+    "Synth_1.json": {"schema": {"enum": ["a", 1]},
+                     "tests": [{"valid": True, "data": "a"}, {"valid": True, "data": 1},
+                               {"valid": False, "data": "b"}, {"valid": False, "data": 2}]},
+    "Synth_2.json": {"schema": {"enum": [{"k": "é"}]}, "tests": [{"valid": True, "data": {"k": "é"}}]},
+    "Synth_3.json": {"schema": {"enum": [True]}, "tests": [{"valid": False, "data": False}]},
+    "Synth_4.json": {"schema": {"type": "object"}, "tests": []},
+}
+TRAPS = {
+    "Trap---sleep.json": {"schema": {"x-trap": "sleep", "enum": [1]}, "tests": [{"valid": True, "data": 1}]},
+    "Trap---exit.json": {"schema": {"x-trap": "exit", "enum": [1]}, "tests": [{"valid": True, "data": 1}]},
+    "Trap---segv.json": {"schema": {"x-trap": "segv", "enum": [1]}, "tests": [{"valid": True, "data": 1}]},
+    "Trap---raise.json": {"schema": {"x-trap": "raise", "enum": [1]}, "tests": [{"valid": True, "data": 1}]},
+}
+
+# outcome per (file, engine) for the synthetic cases, derived by hand from each fake's behaviour
+EXPECTED = {
+    ("Synth_1.json", "accept_all"): "invalidation_error",
+    ("Synth_1.json", "reject_all"): "validation_error",
+    ("Synth_1.json", "exact"): "pass",
+    ("Synth_2.json", "accept_all"): "pass",
+    ("Synth_2.json", "reject_all"): "validation_error",
+    ("Synth_2.json", "exact"): "pass",
+    ("Synth_3.json", "accept_all"): "invalidation_error",
+    ("Synth_3.json", "reject_all"): "pass",
+    ("Synth_3.json", "exact"): "pass",
+    ("Synth_4.json", "accept_all"): "pass",
+    ("Synth_4.json", "reject_all"): "pass",
+    ("Synth_4.json", "exact"): "compile_error",
+    ("Trap---sleep.json", "exact"): "timeout",
+    ("Trap---exit.json", "exact"): "crash",
+    ("Trap---segv.json", "exact"): "crash",
+    ("Trap---raise.json", "exact"): "crash",
+}
+
+
+def write_cases(folder: Path, cases: dict) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, case in cases.items():
+        path = folder / name
+        path.write_text(json.dumps({"description": name, "meta": {}, **case}, ensure_ascii=False), encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def no_progress(_data):
+    pass
+
+
+# --- pure helpers ------------------------------------------------------------------------------
+
+
+def test_percentiles_follow_maskbench_index_rule():
+    values = list(range(100, 0, -1))  # 1..100, unsorted
+    p = report.percentiles(values)
+    assert list(p) == ["avg", "p25", "p50", "p75", "p90", "p95", "p99", "p99.9", "max"]
+    assert p["avg"] == pytest.approx(50.5)
+    # sorted[int(n * q / 100)]: n = 100 -> index q, value q + 1
+    assert (p["p25"], p["p50"], p["p75"], p["p90"], p["p95"], p["p99"]) == (26, 51, 76, 91, 96, 100)
+    assert p["p99.9"] == 100 and p["max"] == 100
+    assert report.percentiles([7.5]) == {k: 7.5 for k in report.PERCENTILE_KEYS}
+    assert all(v is None for v in report.percentiles([]).values())
+    big = report.percentiles(range(1, 10001))
+    assert big["p99.9"] == 9991 and big["p50"] == 5001 and big["max"] == 10000
+
+
+def test_serialization_matches_maskbench():
+    data = {"a": [1, 2.5, None], "b": "é\u2028", "c": {"d": True}}
+    assert serialize_instance(data) == '{"a": [1, 2.5, null], "b": "é\u2028", "c": {"d": true}}'
+    assert serialize_instance(data) == json.dumps(data, ensure_ascii=False)
+
+
+def test_sample_is_seeded_sorted_and_stable(tmp_path):
+    files = write_cases(tmp_path, {f"S_{i}.json": {"schema": {}, "tests": []} for i in range(30)})
+    a = select_sample(files, 7, seed=3)
+    assert a == select_sample(list(reversed(files)), 7, seed=3)
+    assert a == sorted(a, key=lambda p: p.name) and len(set(a)) == 7 and set(a) <= set(files)
+    assert select_sample(files, 7, seed=4) != a
+    assert select_sample(files, None) == sorted(files, key=lambda p: p.name)
+    assert select_sample(files, 100) == sorted(files, key=lambda p: p.name)
+    assert [p.name for p in list_cases(tmp_path, "S_1*")] == sorted(f"S_{i}.json" for i in (1, 10, 11, 12, 13, 14,
+                                                                                                15, 16, 17, 18, 19))
+
+
+def test_split_of_both_name_styles():
+    assert split_of("Github_easy---o9.json") == "Github_easy"
+    assert split_of("BFCL_parallel_multiple_12.json") == "BFCL_parallel_multiple"
+    assert split_of("JME.json") == "JME"
+
+
+# --- run_case in process -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine_cls", [AcceptAll, RejectAll, RefuseAll, ExactEnum])
+def test_run_case_outcomes_in_process(tmp_path, engine_cls):
+    paths = write_cases(tmp_path, CASES)
+    engine = engine_cls(None)
+    for path in paths:
+        record = run_case(engine, ByteTokenizer(), {"path": str(path)}, no_progress)
+        key = (path.name, engine.name)
+        expected = "compile_error" if engine.name == "refuse_all" else EXPECTED[key]
+        assert record["outcome"] == expected, (key, record)
+        tests = CASES[path.name]["tests"]
+        assert record["tests"] == len(tests)
+        if expected == "compile_error":
+            assert record["ttfm_us"] is None and record["tokens"] == 0 and "tbm_us" not in record
+            assert record["error"]
+            continue
+        assert record["ttfm_us"] > 0
+        assert len(record["tbm_us"]) == record["tokens"]
+        if engine.name == "accept_all":  # every token plus the final EOS mask
+            assert record["tokens"] == sum(len(serialize_instance(t["data"]).encode()) + 1 for t in tests)
+            assert record["invalid_accepted"] == sum(1 for t in tests if not t["valid"])
+        if engine.name == "reject_all":  # one mask per walk, then stop
+            assert record["tokens"] == len(tests)
+            assert record["valid_rejected"] == sum(1 for t in tests if t["valid"])
+        assert record["mask_advance_disagree"] == 0 and record["accept_disagree"] == 0
+
+
+def test_refusal_details_are_kept(tmp_path):
+    (path,) = write_cases(tmp_path, {"One.json": CASES["Synth_1.json"]})
+    record = run_case(RefuseAll(None), ByteTokenizer(), {"path": str(path)}, no_progress)
+    assert record["keyword"] == "enum" and record["pointer"] == "#/enum"
+    assert record["error"].startswith("FakeError: refused on purpose")
+
+
+def test_failure_notes_name_the_test(tmp_path):
+    (path,) = write_cases(tmp_path, {"One.json": CASES["Synth_1.json"]})
+    record = run_case(RejectAll(None), ByteTokenizer(), {"path": str(path)}, no_progress)
+    assert record["failures"][0].startswith("test #0 (valid) token 0/3")
+    record = run_case(AcceptAll(None), ByteTokenizer(), {"path": str(path)}, no_progress)
+    assert record["failures"] == ['test #2 (invalid) accepted: "b"', "test #3 (invalid) accepted: 2"]
+
+
+# --- the whole runner, through worker processes ---------------------------------------------------
+
+
+def test_runner_classifies_isolates_and_writes_outputs(tmp_path):
+    files = write_cases(tmp_path / "data", {**CASES, **TRAPS})
+    engines = [spec("AcceptAll"), spec("RejectAll"), spec("RefuseAll"), spec("ExactEnum"), spec("missing_engine")]
+    names = {spec("AcceptAll"): "accept_all", spec("RejectAll"): "reject_all", spec("RefuseAll"): "refuse_all",
+             spec("ExactEnum"): "exact"}
+    config = WorkerConfig(tokenizer_loader=spec("byte_tokenizer"))
+    out = tmp_path / "out"
+    summary = run_maskbench(files, engines, out, config=config, workers=2, timeout_s=3.0, progress=False,
+                            meta={"tokenizer": "bytes"})
+
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text(encoding="utf-8").splitlines()]
+    available = [e for e in engines if e != spec("missing_engine")]
+    assert len(rows) == len(files) * len(available)
+    assert {(r["file"], r["engine"]) for r in rows} == {(p.name, e) for p in files for e in available}
+    for row in rows:
+        assert row["outcome"] in OUTCOMES
+        name = names[row["engine"]]
+        expected = "compile_error" if name == "refuse_all" else EXPECTED.get((row["file"], name))
+        if expected is None:  # the other fakes on the trap files: traps only fire in ExactEnum
+            expected = "pass" if name == "accept_all" else "validation_error"
+        assert row["outcome"] == expected, row
+    by_key = {(r["file"], names[r["engine"]]): r for r in rows}
+    assert "within 3 s" in by_key[("Trap---sleep.json", "exact")]["error"]
+    assert "status 3" in by_key[("Trap---exit.json", "exact")]["error"]
+    assert "SIGSEGV" in by_key[("Trap---segv.json", "exact")]["error"]
+    raised = by_key[("Trap---raise.json", "exact")]
+    assert "RuntimeError: engine bug in advance" in raised["error"] and raised["ttfm_us"] > 0
+
+    # summary.json: schema and consistency with the rows
+    stored = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert stored["order"] == available == summary["order"]
+    assert stored["meta"]["skipped"] == {spec("missing_engine"): "not installed here"}
+    for engine in available:
+        entry = stored["engines"][engine]
+        mine = [r for r in rows if r["engine"] == engine]
+        for key in ("schemas", "passing", "compile_error", "validation_error", "invalidation_error", "timeout",
+                    "crash", "tbm_us", "ttfm_us", "version", "options"):
+            assert key in entry, key
+        assert set(entry["tbm_us"]) == set(report.PERCENTILE_KEYS) == set(entry["ttfm_us"])
+        assert entry["schemas"] == len(mine) == len(files)
+        assert entry["schemas"] == sum(entry[k] for k in ("passing", "compile_error", "validation_error",
+                                                          "invalidation_error", "timeout", "crash"))
+        assert entry["passing"] == sum(r["outcome"] == "pass" for r in mine)
+        assert entry["masks"] == sum(len(r.get("tbm_us") or ()) for r in mine)
+        assert entry["options"]["call"].endswith("()") and entry["version"] == "0"
+    exact = stored["engines"][spec("ExactEnum")]
+    assert (exact["timeout"], exact["crash"], exact["compile_error"]) == (1, 3, 1)
+    # the compile-time timeout counts at the limit in TTFM; the mid-walk crash keeps its TTFM
+    assert exact["ttfm_us"]["max"] == pytest.approx(3.0e6)
+    assert stored["engines"][spec("RefuseAll")]["compile_error_keywords"] == {"enum": len(files)}
+    assert stored["engines"][spec("RefuseAll")]["tbm_us"]["avg"] is None
+
+    table = (out / "summary.md").read_text(encoding="utf-8")
+    assert "| TBM p99.9 |" in table and "| invalidation error (invalid instance accepted) |" in table
+    assert "skipped (not installed here)" in table
+    png = (out / "maskbench.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- smoke: corral and llguidance on two real files -----------------------------------------------
+
+
+@pytest.mark.slow
+def test_smoke_real_engines_on_two_files(tmp_path):
+    data = SHARED_DIR / "jsonschemabench" / "maskbench"
+    vocab = SHARED_DIR / "vocab" / "ggml-vocab-llama-bpe.gguf"
+    if not data.is_dir() or not vocab.is_file():
+        pytest.skip(f"shared data not found under {SHARED_DIR}")
+    pytest.importorskip("llguidance")
+    files = [data / "Glaiveai2K---calculate_area_c6576e96.json", data / "BFCL_simple_191.json"]
+    files = [f for f in files if f.is_file()] or select_sample(list_cases(data), 2, seed=0)
+    out = tmp_path / "smoke"
+    summary = run_maskbench(files, ["corral", "llguidance"], out,
+                            config=WorkerConfig(tokenizer_arg=str(vocab)), workers=1, timeout_s=120,
+                            progress=False)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 2 * len(files)
+    for row in rows:
+        outcome = row["outcome"]
+        assert outcome in OUTCOMES, row
+        if outcome == "compile_error":
+            assert row["ttfm_us"] is None and row["tokens"] == 0 and row["error"]
+        elif outcome in ("pass", "validation_error", "invalidation_error"):
+            assert row["ttfm_us"] > 0 and len(row["tbm_us"]) == row["tokens"]
+            assert (row["valid_rejected"] > 0) == (outcome == "validation_error")
+            if outcome == "pass":
+                assert row["invalid_accepted"] == 0
+                assert row["tokens"] >= row["valid_tests"]  # at least one mask per valid instance
+    for name in ("corral", "llguidance"):
+        entry = summary["engines"][name]
+        assert entry["schemas"] == len(files)
+        assert entry["schemas"] == sum(entry[k] for k in ("passing", "compile_error", "validation_error",
+                                                          "invalidation_error", "timeout", "crash"))
+        assert entry["version"] not in ("", "unknown")
+    assert summary["engines"]["llguidance"]["crash"] == 0
