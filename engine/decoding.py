@@ -68,7 +68,7 @@ from samplers import (
     SamplingRun,
     apply_token_bitmask_inplace,
 )
-from samplers._numeric import sample_categorical  # the draw MaskedSampler makes; see _Loop._draw
+from samplers import sample_categorical  # the draw MaskedSampler makes; see _Loop._draw
 from samplers.base import process_logits
 
 __all__ = ["FinishReason", "DecodeOptions", "SequenceOutput", "FreeMatcher", "decode"]

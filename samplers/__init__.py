@@ -11,12 +11,14 @@ over small grammars (the tests' ground truth) is in ``samplers.enumerate``.
 
 from samplers.asap import ASAp
 from samplers.awrs import AWRS
+from samplers._numeric import sample_categorical
 from samplers.base import Draw, NoAllowedToken, SamplingParams, SamplingRun, TokenSampler
 from samplers.kernels import apply_token_bitmask_inplace
 from samplers.masked import MaskedSampler
 from samplers.smc import SMC, SMCResult
 
 __all__ = [
+    "sample_categorical",
     "SamplingParams",
     "Draw",
     "SamplingRun",

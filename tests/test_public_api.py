@@ -54,6 +54,7 @@ EXPECTED: dict[str, frozenset[str]] = {
             "TokenSampler",
             "NoAllowedToken",
             "MaskedSampler",
+            "sample_categorical",
             "apply_token_bitmask_inplace",
             "ASAp",
             "AWRS",
