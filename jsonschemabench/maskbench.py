@@ -709,8 +709,8 @@ def main(args: argparse.Namespace) -> int:
                                       "skipped": skipped}
     log(f"maskbench: {len(files)} files x {len(engines)} engines, {args.workers} workers, "
         f"timeout {args.timeout:g} s -> {out}")
-    summary = run_maskbench(files, engines, out, config=config, workers=args.workers, timeout_s=args.timeout,
-                            progress=not args.no_progress, meta=meta)
+    run_maskbench(files, engines, out, config=config, workers=args.workers, timeout_s=args.timeout,
+                  progress=not args.no_progress, meta=meta)
     print((out / "summary.md").read_text(encoding="utf-8"))
     log(f"wrote {out}/results.jsonl, summary.json, summary.md, maskbench.png")
     return 0

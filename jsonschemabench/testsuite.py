@@ -217,8 +217,8 @@ def main(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / f"testsuite-{datetime.now():%Y%m%d-%H%M%S}"
     meta = run_meta(args, config) | {"suite": str(suite), "skipped": skipped}
     log(f"testsuite: {len(files)} keyword files x {len(engines)} engines, {args.workers} workers -> {out}")
-    summary = run_testsuite(files, engines, out, config=config, workers=args.workers, timeout_s=args.timeout,
-                            separators=args.separators, progress=not args.no_progress, meta=meta)
+    run_testsuite(files, engines, out, config=config, workers=args.workers, timeout_s=args.timeout,
+                  separators=args.separators, progress=not args.no_progress, meta=meta)
     print((out / "summary.md").read_text(encoding="utf-8"))
     log(f"wrote {out}/results.jsonl, summary.json, summary.md")
     return 0

@@ -18,7 +18,7 @@ from itertools import combinations
 from typing import Callable
 
 from grammars.errors import EmptyLanguageError, GrammarError, LimitExceeded
-from grammars.ir import EMPTY, Alt, Chars, Expr, Grammar, Literal, Ref, Repeat, Seq, seq
+from grammars.ir import EMPTY, Alt, Expr, Grammar, Literal, Ref, Repeat, Seq, seq
 from grammars.limits import Limits
 
 __all__ = ["TerminalCFG", "Production", "lower_grammar", "is_terminal", "terminal_index"]
