@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from grammars.errors import (
     GrammarError,
+    LimitExceeded,
     UnsupportedGrammarError,
     UnsupportedSchemaError,
 )
@@ -64,6 +65,8 @@ MAX_KEY_PATTERNS = 6
 MAX_DFA_STATES = 4000
 #: length of a regular expression written back from a DFA
 MAX_REGEX_CHARS = 200_000
+#: states of a DFA written back as a regular expression (its groups nest about this deep)
+MAX_REGEX_STATES = 64
 
 
 def _schema_list(value: Any, keyword: str, where: str) -> list:
@@ -497,13 +500,38 @@ def restricted_string(c: "SchemaCompiler", conj: "Conjunction", keywords: dict, 
     include = [(keywords.pop("pattern"), conj.string_where)] if "pattern" in keywords else []
     include += [(p, w) for p, w, positive in patterns if positive]
     exclude = [(p, w) for p, w, positive in patterns if not positive]
+    return _string_language(c, keywords, include, exclude, excluded, conj.string_where)
+
+
+def _string_language(c: "SchemaCompiler", keywords: dict, include: list, exclude: list, names, where: str) -> Expr:
+    """String tokens under ``keywords``, matching every ``include`` pattern and no ``exclude``
+    pattern, whose value is none of ``names``.
+
+    Intersections are taken on the byte automata of the scalars module's own tokens (every
+    encoding of a value is kept); a complement is taken on code points, where it is exact, and
+    written back as one anchored pattern.
+    """
+    from grammars.automata.byte_dfa import compile_regular, intersect
+
+    names = sorted(set(names))
     if not include and not exclude and not keywords:
-        return scalars.string_not_in(excluded)
-    where = conj.string_where
-    pattern = _language_pattern(c, include, exclude, excluded, where)
-    if pattern is None:
-        return NOTHING
-    return c.string_schema({**keywords, "pattern": pattern}, where)
+        return scalars.string_not_in(names)
+    if exclude:
+        pattern = _language_pattern(c, include, exclude, names, where)
+        return NOTHING if pattern is None else c.string_schema({**keywords, "pattern": pattern}, where)
+    first = {**keywords, **({"pattern": include[0][0]} if include else {})}
+    pieces = [c.string_schema(first, where)] + [c.string_schema({"pattern": p}, w) for p, w in include[1:]]
+    if names:
+        pieces.append(scalars.string_not_in(names))
+    if len(pieces) == 1:
+        return pieces[0]
+    try:
+        dfa = compile_regular(pieces[0])
+        for piece in pieces[1:]:
+            dfa = intersect(dfa, compile_regular(piece))
+    except LimitExceeded as exc:
+        raise UnsupportedSchemaError("pattern", where, f"intersection of string languages too large: {exc}") from None
+    return NOTHING if dfa.is_empty_language else dfa  # a ByteDFA embedded in the IR, as the scalars module does
 
 
 def key_regions(c: "SchemaCompiler", rules, known: set[str]) -> list[tuple[Expr, Expr]]:
@@ -551,14 +579,9 @@ def key_regions(c: "SchemaCompiler", rules, known: set[str]) -> list[tuple[Expr,
             include += [(p, where) for i, p in enumerate(patterns) if mask >> i & 1]
             exclude += [(p, where) for i, p in enumerate(patterns) if not mask >> i & 1]
         names = [n for n in known | set(names_excluded) if _may_contain(c, include, exclude, names_kw, n)]
-        if not include and not exclude and not names_kw:
-            key = scalars.string_not_in(sorted(names))
-        else:
-            pattern = _language_pattern(c, include, exclude, names, where)
-            if pattern is None:
-                continue
-            key = c.string_schema({**names_kw, "pattern": pattern}, where)
-        out.append((key, value))
+        key = _string_language(c, names_kw, include, exclude, names, where)
+        if key != NOTHING:
+            out.append((key, value))
     return out
 
 
@@ -754,6 +777,8 @@ class CodePointDFA:
         if self.is_empty:
             return None
         n = len(self.trans)
+        if n > MAX_REGEX_STATES:  # the written pattern would nest about n groups deep
+            raise UnsupportedSchemaError("patternProperties", where, f"key language needs {n} automaton states (limit {MAX_REGEX_STATES})")
         start, final = n, n + 1
         edges: dict[tuple[int, int], Any] = {(start, 0): _EPS}
         for s, row in enumerate(self.trans):
@@ -962,25 +987,41 @@ def _r_star(x):
     return ("star", x)
 
 
-def _render(x, context: str = "top") -> str:
-    kind = x[0]
-    if kind == "eps":
-        return ""
-    if kind == "set":
-        return _render_set(x[1])
-    if kind == "star":
-        inner = _render(x[1], "star")
-        return inner + "*"
-    if kind == "cat":
-        text = "".join(_render(i, "cat") for i in x[1])
-        return f"(?:{text})" if context == "star" else text
-    # alternation; an epsilon member becomes an optional group
-    members = [i for i in x[1] if i != _EPS]
-    optional = len(members) < len(x[1])
-    text = "|".join(_render(i, "alt") for i in members)
-    if optional:
-        return f"(?:{text})?"
-    return text if context in ("top", "alt") else f"(?:{text})"
+def _render(root) -> str:
+    """Regex text of an AST, without recursion (state elimination nests deeply)."""
+    text: dict[int, str] = {}
+    stack = [(root, False)]
+    while stack:
+        node, ready = stack.pop()
+        if id(node) in text:
+            continue
+        kind = node[0]
+        children = node[1] if kind in ("cat", "alt") else (node[1],) if kind == "star" else ()
+        if not ready and children:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in text)
+            continue
+        if kind == "eps":
+            out = ""
+        elif kind == "set":
+            out = _render_set(node[1])
+        elif kind == "star":
+            out = _group(node[1], text, ("cat", "alt", "star")) + "*"
+        elif kind == "cat":
+            out = "".join(_group(child, text, ("alt",)) for child in node[1])
+        else:  # alternation; an epsilon member makes the whole group optional
+            members = [child for child in node[1] if child != _EPS]
+            body = "|".join(text[id(child)] for child in members)
+            out = f"(?:{body})?" if len(members) < len(node[1]) else body
+        text[id(node)] = out
+    return text[id(root)]
+
+
+def _group(child, text: dict, kinds: tuple) -> str:
+    """A child's text, in a non-capturing group when its kind binds looser than the parent."""
+    out = text[id(child)]
+    needs = child[0] in kinds and not (child[0] == "alt" and out.startswith("(?:") and out.endswith(")?"))
+    return f"(?:{out})" if needs else out
 
 
 def _render_set(ranges) -> str:

@@ -106,6 +106,17 @@ def test_lenient_drops_the_constraint_and_reports_it(checker):
     assert not checker.accepts(schema, '{"tags":[1]}', lenient=True)
 
 
+def test_lenient_retries_a_string_without_the_keyword_the_scalars_module_refused(checker):
+    schema = {"type": "object", "properties": {"re": {"type": "string", "format": "regex", "maxLength": 3}}}
+    with pytest.raises(UnsupportedSchemaError) as info:
+        parse(schema)
+    assert (info.value.keyword, info.value.pointer) == ("format", "#/properties/re")
+    report = analyze_json_schema(load_schema(schema), JsonSchemaOptions(lenient=True))
+    assert [(r.keyword, r.pointer) for r in report.relaxed] == [("format", "#/properties/re")]
+    assert checker.accepts(schema, '{"re":"(("}', lenient=True)  # not a regex: format dropped
+    assert not checker.accepts(schema, '{"re":"(((("}', lenient=True)  # maxLength kept
+
+
 def test_lenient_one_of_becomes_any_of(checker):
     schema = {"oneOf": [{"type": "integer"}, {"minimum": 0}]}
     report = analyze_json_schema(load_schema(schema), JsonSchemaOptions(lenient=True))

@@ -90,6 +90,11 @@ CASES = {
          "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": {"type": "string"}},
         [{}, {"x-a": 1}, {"x-a": "s"}, {"b": "s"}, {"b": 1}, {"x-known": True}, {"x-known": 1}],
     ),
+    "pattern-matches-declared-name": (
+        {"type": "object", "properties": {"id": {"type": "string"}},
+         "patternProperties": {"^[0-9a-z]{1,30}$": {"type": "integer"}}, "additionalProperties": False},
+        [{}, {"id": "x"}, {"id": 1}, {"ab": 1}, {"ab": "x"}, {"AB": 1}, {"id": "x", "b2": 3}],
+    ),
     "property-names-pattern": (
         {"type": "object", "propertyNames": {"pattern": "^[a-c]+$"}, "properties": {"ab": {"type": "integer"}}},
         [{}, {"a": 1}, {"d": 1}, {"ab": 1}, {"ab": "x"}, {"abc": [], "b": None}],
