@@ -28,7 +28,11 @@ this suite. This runner judges by the mask, which is what constrains generation.
 llguidance passes 583 either way.
 
 Schemas with remote ``$ref`` (``http://localhost:1234/...``, the suite's ``remotes/``) are given
-as they are: engines that cannot fetch them refuse them or mis-handle them, and fail those tests.
+as they are to the peers: engines that cannot fetch them refuse them or mis-handle them, and fail
+those tests. corral runs in the suite's own mode: its ``registry`` option gets every file of
+``remotes/`` under ``http://localhost:1234/<path>`` (``--remotes``; the suite's test server), and
+``format_assertion=False``, because the main draft 2019-09/2020-12 files test ``format`` as an
+annotation (``--format-assertion`` enforces it instead, as corral does by default).
 The suite's draft 2020-12 main files hold 46 keyword files, 383 groups and 1,299 tests.
 
 Each (group, engine) runs in a worker process, as in ``maskbench`` (``--timeout`` per group,
@@ -94,7 +98,7 @@ def run_group(engine: Any, tokenizer: Any, payload: dict, progress: Callable[[di
                    for test in tests]
     engine.reset_caches()
     try:
-        handle = engine.compile(group["schema"])
+        handle = _compile(engine, group["schema"], payload.get("corral_options") or {})
     except PeerCompileError as exc:
         error = f"{exc.kind or type(exc).__name__}: {exc}"
         return {"outcome": "compile_error", "error": error[:500], "keyword": getattr(exc, "keyword", None),
@@ -111,6 +115,40 @@ def run_group(engine: Any, tokenizer: Any, payload: dict, progress: Callable[[di
     return {"outcome": "ok", "error": None, "tests": verdicts}
 
 
+REMOTES_URI = "http://localhost:1234/"
+
+
+def load_remotes(remotes_dir: Path) -> dict[str, Any]:
+    """The suite's ``remotes/`` as ``{uri: schema}``, each file at ``http://localhost:1234/<path>``."""
+    return {REMOTES_URI + p.relative_to(remotes_dir).as_posix(): json.loads(p.read_text(encoding="utf-8"))
+            for p in sorted(remotes_dir.rglob("*.json"))}
+
+
+_REMOTES_CACHE: dict[str, dict] = {}
+
+
+def _compile(engine: Any, schema: Any, corral_options: dict) -> Any:
+    """``engine.compile(schema)``; corral with the suite's JSON Schema options (registry, format mode).
+
+    The peers' adapters take no options, so corral's compiler is given them for this one call.
+    """
+    if getattr(engine, "name", "") != "corral" or not corral_options:
+        return engine.compile(schema)
+    options = dict(corral_options)
+    remotes = options.pop("remotes", None)
+    if remotes:
+        if remotes not in _REMOTES_CACHE:
+            _REMOTES_CACHE[remotes] = load_remotes(Path(remotes))
+        options["registry"] = _REMOTES_CACHE[remotes]
+    compiler = engine._compiler
+    plain = compiler.compile_json_schema
+    compiler.compile_json_schema = lambda s, **kw: plain(s, **kw, **options)
+    try:
+        return engine.compile(schema)
+    finally:
+        del compiler.compile_json_schema
+
+
 def run_testsuite(
     files: Sequence[Path],
     engines: Sequence[str],
@@ -122,6 +160,7 @@ def run_testsuite(
     separators: str = "spaced",
     progress: bool = True,
     meta: dict | None = None,
+    corral_options: dict | None = None,
 ) -> dict:
     """Run every group of every file on every engine; write results.jsonl, summary.json/.md."""
     if separators not in SEPARATORS:
@@ -137,7 +176,8 @@ def run_testsuite(
             for engine in engines:
                 tasks.append(Task((path.name, index, group.get("description", "")), engine,
                                   "jsonschemabench.testsuite:run_group", {"path": str(path), "group": index,
-                                                                         "separators": separators}))
+                                                                         "separators": separators,
+                                                                         "corral_options": corral_options or {}}))
     rows: list[dict] = []
     engine_info: dict[str, dict] = {}
     skipped: dict[str, str] = {}
@@ -176,7 +216,7 @@ def run_testsuite(
     meta = dict(meta or {})
     summary["meta"] = {**meta, "skipped": {**meta.get("skipped", {}), **skipped}, "timeout_s": timeout_s,
                        "workers": workers, "keyword_files": len(files), "groups": len(sizes),
-                       "tests": sum(sizes.values()),
+                       "tests": sum(sizes.values()), "corral_options": {k: v for k, v in (corral_options or {}).items()},
                        "serialization": f"json.dumps(data, ensure_ascii=False, separators={SEPARATORS[separators]!r})"}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     (out_dir / "summary.md").write_text(report.testsuite_markdown(summary), encoding="utf-8")
@@ -194,6 +234,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="limit per test group and engine (default 60)")
     parser.add_argument("--separators", choices=sorted(SEPARATORS), default="spaced",
                         help="instance text: 'spaced' (', ' and ': ', MaskBench's; default) or 'compact'")
+    parser.add_argument("--remotes", type=Path, default=None, metavar="DIR",
+                        help="the suite's remotes/ folder, given to corral as its registry "
+                        "(default: remotes/ next to the suite's tests/ folder)")
+    parser.add_argument("--format-assertion", action="store_true",
+                        help="corral enforces 'format' (default: an annotation, as the suite's main files expect)")
     parser.set_defaults(run=main)
 
 
@@ -217,8 +262,15 @@ def main(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / f"testsuite-{datetime.now():%Y%m%d-%H%M%S}"
     meta = run_meta(args, config) | {"suite": str(suite), "skipped": skipped}
     log(f"testsuite: {len(files)} keyword files x {len(engines)} engines, {args.workers} workers -> {out}")
+    remotes = args.remotes or suite.resolve().parent.parent / "remotes"
+    corral_options: dict = {"format_assertion": bool(args.format_assertion)}
+    if remotes.is_dir():
+        corral_options["remotes"] = str(remotes)
+    else:
+        log(f"no remotes folder at {remotes}: remote $refs stay unresolved")
     run_testsuite(files, engines, out, config=config, workers=args.workers, timeout_s=args.timeout,
-                  separators=args.separators, progress=not args.no_progress, meta=meta)
+                  separators=args.separators, progress=not args.no_progress, meta=meta,
+                  corral_options=corral_options)
     print((out / "summary.md").read_text(encoding="utf-8"))
     log(f"wrote {out}/results.jsonl, summary.json, summary.md")
     return 0

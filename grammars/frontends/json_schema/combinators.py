@@ -259,6 +259,8 @@ def negate(c: "SchemaCompiler", sub: Located) -> list[Located]:
     for key, value in node.items():
         if key in ("$ref", "then", "else") or key in IGNORED_KEYWORDS or key in _NEGATED_BOUND:
             continue
+        if key == "format" and not c.options.format_assertion:
+            continue  # an annotation: constrains nothing
         if key == "type":
             pieces.extend(_negate_type(parse_type(value, where), where))
         elif key == "enum":

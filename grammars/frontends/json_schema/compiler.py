@@ -140,7 +140,7 @@ def parse_json_schema(document: dict | bool, options: JsonSchemaOptions | None =
 def analyze_json_schema(document: dict | bool, options: JsonSchemaOptions | None = None) -> SchemaReport:
     """``parse_json_schema`` plus a ``SchemaReport`` of relaxed, ignored and narrowed constraints."""
     options = options or JsonSchemaOptions()
-    return SchemaCompiler(SchemaDocument.of(document), options).run()
+    return SchemaCompiler(SchemaDocument.of(document, options.registry), options).run()
 
 
 # --- type sets -------------------------------------------------------------------------------
@@ -499,7 +499,8 @@ class SchemaCompiler:
         )
 
     def _apply_scalar_keywords(self, compiler: "SchemaCompiler", conj: Conjunction, part: Located, node: dict) -> None:
-        strings = {k: v for k, v in node.items() if k in scalars.STRING_KEYWORDS}
+        strings = {k: v for k, v in node.items() if k in scalars.STRING_KEYWORDS
+                   and (k != "format" or self.options.format_assertion)}
         if strings:
             _merge_string_keywords(self, conj, strings, part.where)
         numbers = _normalized_number_keywords(node, part.where)
@@ -584,7 +585,9 @@ class SchemaCompiler:
             cls = classes[int(self.document.dialect)]
             root = self._validators.get("<root>")
             if root is None:
-                root = cls(self.document.root, format_checker=cls.FORMAT_CHECKER)
+                checker = cls.FORMAT_CHECKER if self.options.format_assertion else None
+                extra = {"registry": _referencing_registry(self.options.registry)} if self.options.registry else {}
+                root = cls(self.document.root, format_checker=checker, **extra)
                 self._validators["<root>"] = root
             hit = root.evolve(schema=node)
             self._validators[pointer] = hit
@@ -681,6 +684,18 @@ class SchemaCompiler:
                     keywords = {}
                 else:
                     raise
+
+
+def _referencing_registry(registry: tuple[tuple[str, str], ...]):
+    """The ``registry`` option as a ``referencing.Registry`` for ``jsonschema`` validators."""
+    import json
+
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+
+    return Registry().with_resources(
+        (uri, Resource.from_contents(json.loads(text), default_specification=DRAFT202012)) for uri, text in registry
+    )
 
 
 # --- keyword handlers (generic families) ------------------------------------------------------

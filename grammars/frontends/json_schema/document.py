@@ -6,8 +6,9 @@ a plain JSON document, failing with a ``GrammarError`` subclass that says what i
 ``$id``, or ``id`` in draft 4), every ``$anchor`` (and plain-name ``$id``/``id`` fragments), and
 every embedded resource, so ``resolve`` can follow local references — JSON pointers
 (``#/definitions/a``, ``#/$defs/a~1b``, percent-escaped), anchors (``#name``) and ``$id``-relative
-URIs (``other.json#/x`` where ``other.json`` is an embedded resource). References that leave the
-document are unsupported (``UnsupportedSchemaError``); references that point nowhere are errors.
+URIs (``other.json#/x`` where ``other.json`` is an embedded resource), and documents of the
+``registry`` option (indexed the same way, at pointers ``<uri>#/...``). References that leave
+both are unsupported (``UnsupportedSchemaError``); references that point nowhere are errors.
 
 A schema position is identified by its JSON pointer from the document root, written as a URI
 fragment (``#/properties/a``); the compiler uses it as the identity of a subschema (one grammar
@@ -203,13 +204,32 @@ class SchemaDocument:
     base_of: dict[str, str] = field(default_factory=dict)  # schema pointer -> base URI
     resources: dict[str, str] = field(default_factory=dict)  # resource URI -> pointer
     anchors: dict[tuple[str, str], str] = field(default_factory=dict)  # (resource URI, name) -> pointer
+    externals: dict[str, Any] = field(default_factory=dict)  # registry URI -> its document
+    foreign: dict[str, Dialect] = field(default_factory=dict)  # registry URI -> its draft, where it differs
 
     @classmethod
-    def of(cls, document: Any) -> "SchemaDocument":
+    def of(cls, document: Any, registry: tuple[tuple[str, str], ...] = ()) -> "SchemaDocument":
+        """Index ``document`` and the ``registry``'s documents (``(uri, JSON text)`` pairs).
+
+        A registry document lives at pointers ``<uri>#/...``; the main document wins where both
+        claim a URI. ``$ref`` into a registry document of another draft is unsupported.
+        """
         doc = cls(document, _dialect_of(document))
         doc.resources[DEFAULT_BASE_URI] = "#"
         for pointer, _node, base in doc._walk(document, "#", DEFAULT_BASE_URI):
             doc.base_of[pointer] = base
+        for uri, text in registry:
+            uri = urldefrag(uri)[0]
+            if uri in doc.resources:
+                continue
+            node = load_schema(text)
+            doc.externals[uri] = node
+            doc.resources[uri] = uri + "#"
+            if isinstance(node, dict) and "$schema" in node and _dialect_of(node) != doc.dialect:
+                doc.foreign[uri] = _dialect_of(node)
+                continue
+            for pointer, _node, base in doc._walk(node, uri + "#", uri):
+                doc.base_of[pointer] = base
         return doc
 
     def located_root(self) -> Located:
@@ -270,7 +290,12 @@ class SchemaDocument:
         resource = self.resources.get(uri)
         if resource is None:
             raise UnsupportedSchemaError(
-                "$ref", at.where, f"{ref!r} points outside this document (remote references are not fetched)"
+                "$ref", at.where, f"{ref!r} points outside this document and the registry (remote references are not fetched)"
+            )
+        home = resource.partition("#")[0]
+        if home in self.foreign:
+            raise UnsupportedSchemaError(
+                "$ref", at.where, f"{ref!r} points into a registry document of draft {int(self.foreign[home])}, not this document's"
             )
         if fragment and not fragment.startswith("/"):
             target = self.anchors.get((uri, fragment))
@@ -304,8 +329,9 @@ class SchemaDocument:
         return Located(node, pointer, base)
 
     def node_at(self, pointer: str) -> Any:
-        node = self.root
-        for raw in pointer.split("/")[1:]:
+        home, _, fragment = pointer.partition("#")
+        node = self.externals[home] if home else self.root
+        for raw in fragment.split("/")[1:]:
             token = _unescape_token(raw)
             node = node[int(token)] if isinstance(node, list) else node[token]
         return node

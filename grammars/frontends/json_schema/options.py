@@ -9,7 +9,8 @@ option is a programming error, not a property of the schema).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Literal, get_args
+import json
+from typing import Any, Literal, Mapping, get_args
 
 __all__ = ["JsonSchemaOptions", "Whitespace", "PropertyOrder", "UnknownKeywords"]
 
@@ -60,6 +61,18 @@ class JsonSchemaOptions:
         ignored silently: they are enforced or raise, except that a keyword of another draft
         than the document's ``$schema`` (``const`` in draft 4, ``dependencies`` in 2020-12) is
         not a keyword there and is ignored and reported, exactly as validators do.
+    ``format_assertion``
+        ``True`` (default): ``format`` is enforced (known formats exactly, others raise), which
+        is what generation wants and how MaskBench labels instances. ``False``: ``format`` is
+        an annotation, as drafts 2019-09 and 2020-12 specify unless the format-assertion
+        vocabulary is in use (and as the JSON Schema Test Suite's main files expect): it
+        constrains nothing, whatever the format name.
+    ``registry``
+        Schema documents by URI, for ``$ref``s that leave the document (multi-file schemas,
+        ``http://example.com/common.json#/$defs/x``). A mapping ``{uri: schema}`` (schemas as
+        dicts or booleans); stored as a sorted tuple of ``(uri, JSON text)`` so the options stay
+        hashable. Nothing is ever fetched: a reference to a URI that is neither in the document
+        nor here raises ``UnsupportedSchemaError``.
     """
 
     whitespace: Whitespace = "compact"
@@ -69,6 +82,8 @@ class JsonSchemaOptions:
     additional_properties_default: bool = True
     lenient: bool = False
     unknown_keywords: UnknownKeywords = "ignore"
+    format_assertion: bool = True
+    registry: Any = ()
 
     def __post_init__(self) -> None:
         _choice("whitespace", self.whitespace, Whitespace)
@@ -76,7 +91,8 @@ class JsonSchemaOptions:
         _choice("unknown_keywords", self.unknown_keywords, UnknownKeywords)
         _integer("max_whitespace", self.max_whitespace, low=0)
         _integer("any_order_limit", self.any_order_limit, low=0, high=16)
-        for name in ("additional_properties_default", "lenient"):
+        object.__setattr__(self, "registry", _registry(self.registry))
+        for name in ("additional_properties_default", "lenient", "format_assertion"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"JsonSchemaOptions.{name} must be a bool, got {getattr(self, name)!r}")
 
@@ -100,3 +116,20 @@ def _integer(name: str, value: object, *, low: int, high: int | None = None) -> 
     if value < low or (high is not None and value > high):
         bound = f">= {low}" if high is None else f"in [{low}, {high}]"
         raise ValueError(f"JsonSchemaOptions.{name} must be {bound}, got {value}")
+
+
+def _registry(value: object) -> tuple[tuple[str, str], ...]:
+    """``{uri: schema}`` (or its normalized tuple form) as a sorted tuple of ``(uri, JSON text)``."""
+    if isinstance(value, tuple) and all(isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], str)
+                                        and isinstance(e[1], str) for e in value):
+        return tuple(sorted(value))
+    if not isinstance(value, Mapping):
+        raise TypeError(f"JsonSchemaOptions.registry must be a mapping of URI to schema, got {type(value).__name__}")
+    out = []
+    for uri, schema in value.items():
+        if not isinstance(uri, str):
+            raise TypeError(f"JsonSchemaOptions.registry keys must be URI strings, got {uri!r}")
+        if not isinstance(schema, (dict, bool)):
+            raise TypeError(f"JsonSchemaOptions.registry[{uri!r}] must be a schema (dict or bool), got {type(schema).__name__}")
+        out.append((uri, json.dumps(schema, sort_keys=True, ensure_ascii=False)))
+    return tuple(sorted(out))

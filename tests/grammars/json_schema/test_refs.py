@@ -122,3 +122,47 @@ def test_remote_ref_relaxed_when_lenient(checker):
 def test_ref_to_non_schema_is_an_error():
     with pytest.raises(GrammarError, match="not a schema"):
         parse_json_schema({"$defs": {"n": 5}, "items": {"$ref": "#/$defs/n"}})
+
+
+REGISTRY = {
+    "http://example.com/common.json": {"$defs": {"id": {"type": "integer", "minimum": 1},
+                                                 "name": {"$anchor": "name", "type": "string", "maxLength": 3},
+                                                 "rel": {"$ref": "leaf.json"}}},
+    "http://example.com/leaf.json": {"enum": ["x", "y"]},
+    "http://example.com/old.json": {"$schema": DRAFT7, "type": "string"},
+}
+
+
+@pytest.mark.parametrize("ref, good, bad", [
+    ("http://example.com/common.json#/$defs/id", "5", "0"),
+    ("http://example.com/common.json#name", '"abc"', '"abcd"'),
+    ("http://example.com/common.json#/$defs/rel", '"x"', '"z"'),  # relative to the remote's URI
+])
+def test_registry_resolves_remote_refs(checker, ref, good, bad):
+    schema = {"$ref": ref}
+    assert checker.accepts(schema, good, registry=REGISTRY)
+    assert not checker.accepts(schema, bad, registry=REGISTRY)
+
+
+def test_registry_relative_ref_against_own_id(checker):
+    schema = {"$id": "http://example.com/main.json", "items": {"$ref": "common.json#/$defs/id"}}
+    assert checker.accepts(schema, "[1,2]", registry=REGISTRY)
+    assert not checker.accepts(schema, '[1,"a"]', registry=REGISTRY)
+
+
+def test_registry_missing_uri_and_other_draft_are_unsupported():
+    options = JsonSchemaOptions(registry=REGISTRY)
+    with pytest.raises(UnsupportedSchemaError) as info:
+        parse_json_schema({"items": {"$ref": "http://example.com/nope.json"}}, options)
+    assert (info.value.keyword, info.value.pointer) == ("$ref", "#/items")
+    with pytest.raises(UnsupportedSchemaError, match="draft 7"):
+        parse_json_schema({"$ref": "http://example.com/old.json"}, options)
+
+
+def test_registry_option_is_hashable_and_checked():
+    a = JsonSchemaOptions(registry={"http://x/a.json": {"type": "null"}})
+    assert a == JsonSchemaOptions(registry=a.registry) and hash(a) == hash(JsonSchemaOptions(registry=a.registry))
+    with pytest.raises(TypeError):
+        JsonSchemaOptions(registry={"http://x/a.json": 5})
+    with pytest.raises(TypeError):
+        JsonSchemaOptions(registry=[("a", "b")])
