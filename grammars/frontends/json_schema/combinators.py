@@ -29,6 +29,7 @@ one conjunction.
 from __future__ import annotations
 
 from bisect import bisect_left
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "apply_all_of", "apply_any_of", "apply_one_of", "apply_not", "apply_if", "ignore_branch",
     "apply_dependencies", "apply_dependent_required", "apply_dependent_schemas", "apply_internal",
+    "apply_unevaluated_properties", "apply_unevaluated_items",
     "negate", "evaluate", "overlapping_pairs", "apply_negations", "provably_disjoint", "pattern_search",
     "add_pattern", "restricted_string", "key_regions", "CodePointDFA",
 ]
@@ -209,8 +211,194 @@ def apply_internal(c: "SchemaCompiler", conj: "Conjunction", part: Located, key:
     elif key == "corral:unsupported":
         for keyword, where, reason, types in value:
             conj.deferred.append((frozenset(types or ALL_TYPES), keyword, where, reason))
+    elif key == "corral:any":
+        _disjunction(conj, "anyOf", part.where, [tuple(branch) for branch in value])
+    elif key in ("corral:unevaluatedProperties", "corral:unevaluatedItems"):
+        _apply_unevaluated_rule(c, conj, part, key, value)
     else:  # pragma: no cover - only this module writes internal keywords
         raise GrammarError(f"unknown internal keyword {key!r}")
+
+
+# --- unevaluatedProperties / unevaluatedItems ------------------------------------------------------
+
+#: distinct conditional annotation sources (branches of anyOf/oneOf, if, ...) one holder may have
+MAX_UNEVALUATED_CONDITIONS = 6
+
+
+@dataclass(frozen=True)
+class _Evaluated:
+    """What a set of annotation sources evaluates: names and patterns (objects), a prefix length
+    and ``contains`` schemas (arrays), or everything."""
+
+    names: frozenset = frozenset()
+    patterns: tuple = ()
+    prefix: int = 0
+    contains: tuple = ()
+    everything: bool = False
+
+    def __or__(self, other: "_Evaluated") -> "_Evaluated":
+        return _Evaluated(self.names | other.names, tuple(dict.fromkeys(self.patterns + other.patterns)),
+                          max(self.prefix, other.prefix), tuple(dict.fromkeys(self.contains + other.contains)),
+                          self.everything or other.everything)
+
+
+def apply_unevaluated(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any, keyword: str) -> None:
+    """``unevaluatedProperties``/``unevaluatedItems``: ordinary keywords, per set of annotation sources.
+
+    What is evaluated is known statically up to *conditions*: an ``anyOf``/``oneOf`` branch or
+    an ``if`` that holds, a ``dependentSchemas`` name that is present. With ``E(T)`` what the
+    unconditional sources plus the sources under the conditions ``T`` evaluate, the keyword is
+    exactly ``OR over T of (all conditions in T hold AND additionalProperties-like rule over
+    E(T))``: a disjunct needs only conditions that really hold, and more holding conditions
+    only weaken the rule, so the disjunct of the conditions that hold decides. ``contains``
+    sources make an item evaluated when it matches them (unevaluated items must match
+    ``contains`` or the keyword's schema)."""
+    if _is_true(value):
+        return
+    items = keyword == "unevaluatedItems"
+    sources: list[tuple[tuple, _Evaluated]] = []
+    _annotation_sources(c, part, (), sources, items, {part.pointer}, top=True)
+    static = _Evaluated()
+    chains: dict[tuple, _Evaluated] = {}
+    for chain, evaluated in sources:
+        if chain:
+            chains[chain] = chains.get(chain, _Evaluated()) | evaluated
+        else:
+            static = static | evaluated
+    if static.everything:
+        return
+    chains = {ch: e for ch, e in chains.items() if (static | e) != static}
+    if len(chains) > MAX_UNEVALUATED_CONDITIONS:
+        raise UnsupportedSchemaError(keyword, part.where, f"more than {MAX_UNEVALUATED_CONDITIONS} conditional sources of evaluated {'items' if items else 'properties'}")
+    rest = c.document.child(part, value, keyword)
+    order = list(chains)
+    seen: dict[_Evaluated, int] = {}
+    branches: list[tuple] = []
+    for mask in range(1 << len(order)):  # by increasing subset: a superset adding nothing is dropped
+        chosen = [order[i] for i in range(len(order)) if mask >> i & 1]
+        evaluated = static
+        for chain in chosen:
+            evaluated = evaluated | chains[chain]
+        if any(seen_mask & mask == seen_mask for e, seen_mask in seen.items() if e == evaluated):
+            continue
+        seen.setdefault(evaluated, mask)
+        conditions = tuple(dict.fromkeys(loc for chain in chosen for loc in chain))
+        rule = () if evaluated.everything else (_unevaluated_rule(part, mask, rest, evaluated, items),)
+        branches.append(conditions + rule)
+    if len(branches) == 1:
+        for loc in branches[0]:
+            c.apply(conj, loc)
+    else:
+        _disjunction(conj, keyword, part.where, branches)
+
+
+def _unevaluated_rule(part: Located, mask: int, rest: Located, evaluated: _Evaluated, items: bool) -> Located:
+    """A synthetic schema: what is not in ``evaluated`` must satisfy ``rest``."""
+    keyword = "corral:unevaluatedItems" if items else "corral:unevaluatedProperties"
+    return _synthetic(part, f"unevaluated{mask}", {keyword: (evaluated, rest)})
+
+
+def _annotation_sources(c: "SchemaCompiler", part: Located, chain: tuple, out: list, items: bool,
+                        visited: set, top: bool = False) -> None:
+    """Append ``(conditions, _Evaluated)`` for ``part`` and its in-place subschemas."""
+    node = part.node
+    if not isinstance(node, dict):
+        return
+    doc = c.document
+    node = c.active_keywords(node, part.where)
+    if "$dynamicRef" in node or "$recursiveRef" in node:
+        raise UnsupportedSchemaError("unevaluatedItems" if items else "unevaluatedProperties", part.where,
+                                     "evaluated locations through a dynamic reference are not supported")
+    own = _own_evaluated(c, part, node, items, top)
+    if own != _Evaluated():
+        out.append((chain, own))
+    if own.everything:
+        return
+
+    def walk(sub: Located, sub_chain: tuple) -> None:
+        if sub.pointer in visited:
+            return
+        visited.add(sub.pointer)
+        _annotation_sources(c, sub, sub_chain, out, items, visited)
+        visited.discard(sub.pointer)
+
+    if "$ref" in node:
+        walk(doc.resolve(node["$ref"], part), chain)
+        if doc.dialect.ref_overrides_siblings:
+            return
+    for i, sub in enumerate(node.get("allOf") or ()):
+        walk(doc.child(part, sub, "allOf", str(i)), chain)
+    for keyword in ("anyOf", "oneOf"):
+        for i, sub in enumerate(node.get(keyword) or ()):
+            branch = doc.child(part, sub, keyword, str(i))
+            walk(branch, chain + (branch,))
+    if "if" in node:
+        cond = doc.child(part, node["if"], "if")
+        holds = chain + ((cond,) if not _is_true(cond.node) else ())
+        if cond.node is not False:
+            walk(cond, holds)
+            if "then" in node:
+                walk(doc.child(part, node["then"], "then"), holds)
+        if "else" in node and not _is_true(cond.node):
+            fails = chain + ((_synthetic(cond, "not", {"corral:nots": [cond]}, ("not", cond)),) if cond.node is not False else ())
+            walk(doc.child(part, node["else"], "else"), fails)
+    if not items and isinstance(node.get("dependentSchemas"), dict):
+        for name, sub in node["dependentSchemas"].items():
+            tag = f"dependentSchemas/{escape_token(name)}"
+            present = _synthetic(part, tag + "/present", {"type": "object", "required": [name]})
+            child = doc.child(part, sub, "dependentSchemas", name)
+            walk(child, chain + (present, child))
+
+
+def _own_evaluated(c: "SchemaCompiler", part: Located, node: dict, items: bool, top: bool) -> _Evaluated:
+    """What ``node``'s own keywords evaluate (an inner ``unevaluated*`` evaluates everything)."""
+    if items:
+        if "items" in node and not (isinstance(node["items"], list) and int(c.document.dialect) < 2020):
+            return _Evaluated(everything=True)
+        if isinstance(node.get("items"), list):  # drafts before 2020-12: array-form items
+            if "additionalItems" in node:
+                return _Evaluated(everything=True)
+            prefix = len(node["items"])
+        else:
+            prefix = len(node["prefixItems"]) if isinstance(node.get("prefixItems"), list) else 0
+        if "unevaluatedItems" in node and not top:
+            return _Evaluated(everything=True)
+        contains = (c.document.child(part, node["contains"], "contains"),) if "contains" in node else ()
+        return _Evaluated(prefix=prefix, contains=contains)
+    if "additionalProperties" in node or ("unevaluatedProperties" in node and not top):
+        return _Evaluated(everything=True)
+    names = frozenset(node["properties"]) if isinstance(node.get("properties"), dict) else frozenset()
+    patterns = tuple(node["patternProperties"]) if isinstance(node.get("patternProperties"), dict) else ()
+    return _Evaluated(names=names, patterns=patterns)
+
+
+def apply_unevaluated_properties(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+    apply_unevaluated(c, conj, part, value, "unevaluatedProperties")
+
+
+def apply_unevaluated_items(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+    apply_unevaluated(c, conj, part, value, "unevaluatedItems")
+
+
+def _apply_unevaluated_rule(c: "SchemaCompiler", conj: "Conjunction", part: Located, key: str, value: tuple) -> None:
+    """The synthetic rule of ``_unevaluated_rule``, as an ordinary key or item rule."""
+    from grammars.frontends.json_schema.arrays import ItemRule
+    from grammars.frontends.json_schema.objects import KeyRule
+
+    evaluated, rest = value
+    anything = Located(True, part.pointer + "/true", part.base)
+    if key == "corral:unevaluatedProperties":
+        if not conj.objects.key_rules and not conj.objects.required and conj.objects.where == "#":
+            conj.objects.where = part.where
+        conj.objects.key_rules.append(KeyRule(part.where, {name: anything for name in sorted(evaluated.names)},
+                                              tuple((p, anything) for p in evaluated.patterns), rest))
+        return
+    after = rest
+    if evaluated.contains:
+        after = _synthetic(part, "uneval-item", {"corral:any": [(s,) for s in evaluated.contains] + [(rest,)]})
+    if not conj.arrays.item_rules and conj.arrays.where == "#":
+        conj.arrays.where = part.where
+    conj.arrays.item_rules.append(ItemRule((anything,) * evaluated.prefix, after))
 
 
 # --- negation -------------------------------------------------------------------------------------
@@ -225,6 +413,7 @@ _TYPE_OF_KEYWORD = {
     "propertyNames": "object", "dependencies": "object", "dependentRequired": "object",
     "dependentSchemas": "object", "prefixItems": "array", "additionalItems": "array",
     "contains": "array", "minContains": "array", "maxContains": "array", "uniqueItems": "array",
+    "unevaluatedProperties": "object", "unevaluatedItems": "array",
 }
 
 
@@ -307,7 +496,8 @@ def negate(c: "SchemaCompiler", sub: Located) -> list[Located]:
         elif key == "corral:notPattern":
             pieces.extend({"type": "string", "pattern": p} for p in value)
         elif key in scalars.STRING_KEYWORDS or key in scalars.NUMBER_KEYWORDS or key in _TYPE_OF_KEYWORD or key in (
-            "items", "properties", "oneOf", "corral:unsupported") or key in UNSUPPORTED_KEYWORDS:
+            "items", "properties", "oneOf", "corral:unsupported", "unevaluatedProperties", "unevaluatedItems",
+            "corral:any", "corral:unevaluatedProperties", "corral:unevaluatedItems") or key in UNSUPPORTED_KEYWORDS:
             kind = "string" if key in scalars.STRING_KEYWORDS else "number" if key in scalars.NUMBER_KEYWORDS else _TYPE_OF_KEYWORD.get(key)
             reason = f"'not' over {key!r} is not supported"
             pieces.append({"corral:unsupported": [(key, where, reason, [kind] if kind else None)], **({"type": kind} if kind else {})})
@@ -359,6 +549,9 @@ def evaluate(c: "SchemaCompiler", part: Located, value: Any) -> bool:
             return False
         if key == "corral:notPattern" and isinstance(value, str) and any(pattern_search(c, p, value, part.where) for p in arg):
             return False
+        if key == "corral:any" and not any(all(evaluate(c, s, value) for s in branch) for branch in arg):
+            return False
+        # corral:unevaluated*: implied by the real schema holding the keyword, itself an atom
     return True
 
 

@@ -74,7 +74,7 @@ IGNORED_KEYWORDS = frozenset(
 #: keywords of some draft that validators enforce and this compiler does not
 UNSUPPORTED_KEYWORDS = frozenset(
     {
-        "$dynamicRef", "$recursiveRef", "unevaluatedProperties", "unevaluatedItems", "extends",
+        "$dynamicRef", "$recursiveRef", "extends",
         "disallow", "divisibleBy",
     }
 )
@@ -729,6 +729,8 @@ _HANDLERS = {
     "dependencies": combinators.apply_dependencies,
     "dependentRequired": combinators.apply_dependent_required,
     "dependentSchemas": combinators.apply_dependent_schemas,
+    "unevaluatedProperties": combinators.apply_unevaluated_properties,
+    "unevaluatedItems": combinators.apply_unevaluated_items,
 }
 
 _NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
