@@ -73,7 +73,7 @@ def test_false_schema_is_an_empty_language(byte_vocab):
     [
         ({"properties": {"a": {"type": "array", "uniqueItems": True}}}, "uniqueItems", "#/properties/a"),
         ({"$defs": {"x": {"$dynamicRef": "#y"}}, "items": {"$ref": "#/$defs/x"}}, "$dynamicRef", "#/$defs/x"),
-        ({"unevaluatedProperties": False}, "unevaluatedProperties", "#"),
+        ({"not": {"unevaluatedProperties": False}}, "unevaluatedProperties", "#/not"),
         ({"items": {"oneOf": [{"type": "number"}, {"type": "integer"}]}}, "oneOf", "#/items"),
         ({"type": "number", "not": {"const": 3}}, "not", "#"),
         ({"not": {"multipleOf": 2}}, "multipleOf", "#/not"),
