@@ -1,6 +1,6 @@
 """Sampler benchmark: distance to the grammar-conditioned model (masked, ASAp, SMC) and AWRS's cost.
 
-``python -m jsonschemabench samplers [--quick] [--out DIR] [--tokenizer PATH] [--lm MODULE:FACTORY]``
+``python -m jsonschemabench samplers [--quick] [--out DIR] [--model DIR | --tokenizer PATH] [--lm MODULE:FACTORY]``
 
 **Part 1 — quality on GAD-style tasks** (grammar-aligned decoding, Park et al. 2024). Two small
 finite grammars built here — ``sygus``, a SyGuS-like bit-vector expression ``(bvand x #x1)``, and
@@ -29,7 +29,13 @@ at every step the masked sampler (own compiled grammar) and ASAp (own grammar, i
 that it drives) are timed on the same state. Reported per token: ``allows`` checks (a full mask
 decides all 128,256 tokens), full-mask fallbacks, and draw wall time (model time excluded).
 
-Plug in a model with ``--lm package.module:factory``: ``factory()`` returns ``(vocab, model)``,
+**With a trained model** (``--model models/tiny-json``, from ``python -m engine.tiny``), both parts
+use it instead of scripted logits: Part 1 runs ``MODEL_TASKS`` (the same sygus grammar and a
+smaller JSON one, whose token languages under a 50K-token vocabulary stay enumerable), prompted
+in the model's training format; Part 2 lets the model write JSON for held-out MaskBench schemas,
+AWRS driving, and times masked sampling and the model's forward pass on the same states.
+
+Or plug in any model with ``--lm package.module:factory``: ``factory()`` returns ``(vocab, model)``,
 ``model`` either ``next_logits(prefixes) -> [batch, width]`` (engine ``LanguageModel``) or a
 per-prefix callable; Part 1 then compiles its grammars against that vocabulary (exact enumeration
 over a real tokenizer's token language can be large; keep the grammars tiny).
@@ -70,9 +76,12 @@ from samplers.enumerate import (
 from samplers.kernels import bitmask_to_bool
 from samplers.masked import masked_distribution
 
+from engine.tiny import PROMPT_TEMPLATE
+
 from .samples import GBNF_SAMPLES
 
-__all__ = ["GadTask", "GAD_TASKS", "AgreementLM", "run_quality", "run_cost", "add_arguments", "main"]
+__all__ = ["GadTask", "GAD_TASKS", "MODEL_TASKS", "AgreementLM", "PromptedLM", "load_model", "run_quality", "run_cost",
+           "run_cost_model", "add_arguments", "main"]
 
 # --- Part 1: GAD-style quality -------------------------------------------------------------------
 
@@ -88,6 +97,8 @@ class GadTask:
     seed: int = 0
     #: per-prefix share of probability on grammar-allowed tokens, drawn uniformly in this range
     agreement: tuple[float, float] = (0.3, 0.97)
+    #: text a real model is conditioned on (the scripted model ignores it)
+    prompt: str = ""
 
 
 _SYGUS = r"""
@@ -121,6 +132,68 @@ GAD_TASKS: tuple[GadTask, ...] = (
 )
 
 
+_JSON_SMALL = r"""
+root ::= "{\"ok\":" val "}"
+val  ::= "true" | "false" | "null" | "0" | "1" | "\"yes\"" | "\"no\""
+"""
+
+_JSON_ARRAY = r"""
+root ::= "[" v ("," v)? "]"
+v    ::= "0" | "1" | "true" | "null"
+"""
+
+#: Tasks for a real model and its own tokenizer. Exact enumeration covers *every* tokenization of
+#: every string of the language, which grows fast with a 50K-token vocabulary: with GPT-2's, sygus
+#: has 832 token sequences (2,380 prefixes) and this compact JSON task 424 (1,158); the array task 272 (766); the two-field
+#: JSON task above has too many. The prompt is the tiny model's training format. The tiny model
+#: puts almost no probability on sygus (Z ~ 1e-29): it shows masking's distortion at its extreme.
+MODEL_TASKS: tuple[GadTask, ...] = (
+    GadTask("sygus", _SYGUS, (), max_tokens=24, seed=3, prompt=PROMPT_TEMPLATE.format(schema='{"type":"string"}')),
+    GadTask("json", _JSON_SMALL, (), max_tokens=24, seed=1,
+            prompt=PROMPT_TEMPLATE.format(schema='{"type":"object","required":["ok"]}')),
+    GadTask("json_array", _JSON_ARRAY, (), max_tokens=24, seed=2,
+            prompt=PROMPT_TEMPLATE.format(schema='{"type":"array","maxItems":2}')),
+)
+
+
+class PromptedLM:
+    """A ``LanguageModel`` seen through a fixed prompt, one generated prefix at a time, memoised.
+
+    Exact enumeration, ASAp's proposal and thousands of samples all query the same few thousand
+    prefixes of a small finite language; the model is deterministic, so each prefix's logits are
+    computed once (a 50K-wide float row each: a few hundred MB for the tasks above).
+    """
+
+    def __init__(self, lm, prompt_ids: Sequence[int]):
+        self.lm = lm
+        self.prompt_ids = list(prompt_ids)
+        self.name = getattr(lm, "name", type(lm).__name__)
+        self._memo: dict[tuple[int, ...], torch.Tensor] = {}
+        self.forward_calls = 0
+        self.forward_s = 0.0
+
+    def __call__(self, prefix: Sequence[int]) -> torch.Tensor:
+        key = tuple(int(t) for t in prefix)
+        hit = self._memo.get(key)
+        if hit is None:
+            self.forward_calls += 1
+            t0 = time.perf_counter()
+            hit = self.lm.next_logits([self.prompt_ids + list(key)])[0].float().cpu()
+            self.forward_s += time.perf_counter() - t0
+            self._memo[key] = hit
+        return hit
+
+
+def load_model(model_dir: Path) -> tuple[TokenVocabulary, object]:
+    """The vocabulary and an ``HFCausalLM`` for a ``save_pretrained`` folder (e.g. ``python -m engine.tiny``)."""
+    from engine import HFCausalLM
+
+    lm = HFCausalLM.from_pretrained(model_dir, local_files_only=True)
+    lm.name = f"{Path(model_dir).name} ({type(lm.model).__name__})"
+    vocab = TokenVocabulary.from_pretrained(model_dir, logits_width=lm.logits_width)
+    return vocab, lm
+
+
 def _vocab_for(task: GadTask) -> TokenVocabulary:
     pieces = list(task.pieces) + [b""]
     return TokenVocabulary.from_bytes(pieces, eos_token_ids=[len(pieces) - 1], name=f"gad-{task.name}")
@@ -133,24 +206,33 @@ def _per_prefix(model) -> Callable[[Sequence[int]], torch.Tensor]:
 
 
 def run_quality(
-    budgets: Sequence[int], smc_seeds: int, lm_factory: Callable | None = None, log=print
+    budgets: Sequence[int], smc_seeds: int, lm_factory: Callable | None = None, log=print,
+    model: tuple[TokenVocabulary, object] | None = None,
 ) -> list[dict]:
-    """Part 1: one row per (task, method, budget) with KL/TV to the exact target."""
+    """Part 1: one row per (task, method, budget) with KL/TV to the exact target.
+
+    ``model``: ``(vocab, LanguageModel)`` from ``load_model`` — the ``MODEL_TASKS`` run with it,
+    prompted. ``lm_factory``: a ``--lm`` factory returning ``(vocab, model)``, run unprompted on
+    ``GAD_TASKS``. Neither: the scripted agreement model on ``GAD_TASKS``' own tiny vocabularies.
+    """
     rows: list[dict] = []
-    for task in GAD_TASKS:
-        if lm_factory is None:
+    for task in MODEL_TASKS if model is not None else GAD_TASKS:
+        if model is not None:
+            vocab, base = model
+            lm = PromptedLM(base, vocab.encode(task.prompt))
+            lm_name = f"{lm.name}, prompt {task.prompt!r}"
+        elif lm_factory is None:
             vocab = _vocab_for(task)
             own = Compiler(vocab).compile_gbnf(task.gbnf)
             lm = AgreementLM(own, vocab.logits_width, task.agreement, [], seed=task.seed)
             lm_name = f"scripted agreement LM (agreement ~ U{task.agreement}, seed {task.seed})"
         else:
-            vocab, model = lm_factory()
-            lm = _per_prefix(model)
-            lm_name = getattr(model, "name", type(model).__name__)
+            vocab, factory_model = lm_factory()
+            lm = _per_prefix(factory_model)
+            lm_name = getattr(factory_model, "name", type(factory_model).__name__)
+            task = replace(task, max_tokens=64)  # a real tokenizer may spell the strings with many more tokens
         grammar = Compiler(vocab).compile_gbnf(task.gbnf)
         width = vocab.logits_width
-        if lm_factory is not None:  # a real tokenizer may spell the strings with many more tokens
-            task = replace(task, max_tokens=64)
         target, z = exact_target(lm, grammar.matcher(), width, max_tokens=task.max_tokens)
         gcd = exact_masked(lm, grammar.matcher(), width, max_tokens=task.max_tokens)
         log(f"[quality] {task.name}: |L| = {len(target)} token sequences, Z = P(y in L) = {z:.4g}, "
@@ -177,6 +259,9 @@ def run_quality(
                 out.append(tuple(tokens))
         ms = {k: (1e3 * v[0] / top, 1e3 * v[1] / top) for k, v in clock.items()}
         base = {"task": task.name, "lm": lm_name, "sequences": len(target), "Z": z}
+        if isinstance(lm, PromptedLM):  # memoised: sample times hold no model time; report a forward's
+            base["forward_ms"] = 1e3 * lm.forward_s / max(1, lm.forward_calls)
+            base["tokens_per_sample"] = statistics.fmean(len(y) for y in masked + asap_samples)
         for n in sorted(budgets):
             emp_m, emp_a = empirical(masked[:n]), empirical(asap_samples[:n])
             rows.append({**base, "method": "masked (exact GCD)", "n": n,
@@ -406,6 +491,107 @@ def run_cost(vocab: TokenVocabulary, agreements: Sequence[float], docs: int, max
     return rows
 
 
+def _held_out_schemas(vocab: TokenVocabulary, count: int, log) -> list[tuple[str, object, str]]:
+    """``(name, schema, prompt)`` for the first ``count`` held-out MaskBench schemas corral compiles.
+
+    Held out from the tiny model's training (``engine.tiny.load_examples``), so the model's
+    agreement with the grammar is what it would be on an unseen schema.
+    """
+    from engine.tiny import load_examples
+
+    folder = Path(os.environ.get("CORRAL_SHARED_DIR", Path("..") / "shared")) / "jsonschemabench" / "maskbench"
+    if not folder.is_dir():
+        log(f"[cost] {folder} not found (set CORRAL_SHARED_DIR): no schemas")
+        return []
+    _, held = load_examples(folder)
+    out: list[tuple[str, object, str]] = []
+    compiler = Compiler(vocab)
+    for example in held:
+        if len(out) >= count:
+            break
+        if any(name == example.source for name, _, _ in out):
+            continue
+        try:
+            compiler.compile_json_schema(example.schema)
+        except Exception as exc:  # unsupported or malformed: not part of this measurement
+            log(f"[cost] skipping {example.source}: {type(exc).__name__}")
+            continue
+        out.append((example.source, example.schema, example.prompt))
+    return out
+
+
+def run_cost_model(vocab: TokenVocabulary, lm, schemas: int, max_tokens: int, seeds: int = 1,
+                   log=print) -> list[dict]:
+    """Part 2 with a real model: AWRS vs full masking while the model writes JSON for each schema.
+
+    AWRS drives the sequence (sampling at temperature 1 from the model prompted with the schema);
+    at every step the masked sampler and the mask alone (``masked_distribution``) are timed on
+    the same state with their own compiled grammars, so neither warms the other's caches. The
+    model's forward time is measured apart.
+    """
+    torch.set_num_threads(1)
+    rows = []
+    held = _held_out_schemas(vocab, schemas, log)
+    workloads = [(f"schema:{name}", lambda c, s=schema: c.compile_json_schema(s), prompt) for name, schema, prompt in held]
+    json_gbnf = Path(os.environ.get("CORRAL_SHARED_DIR", Path("..") / "shared")) / "gbnf" / "json.gbnf"
+    if json_gbnf.exists():  # the same prompts under any-JSON: where the tiny model agrees with the grammar
+        text = json_gbnf.read_text()
+        workloads += [(f"json.gbnf:{name}", lambda c: c.compile_gbnf(text), prompt) for name, _, prompt in held]
+    for name, compile_fn, prompt in workloads:
+        prompt_ids = vocab.encode(prompt)
+        compiled = {k: compile_fn(Compiler(vocab)) for k in ("awrs", "masked", "maskonly")}
+        awrs, masked = AWRS(), MaskedSampler()
+        timers = {k: _Timer() for k in ("awrs", "masked", "maskonly", "model")}
+        words = allocate_token_bitmask(1, vocab.logits_width)
+        allowed_mass: list[float] = []
+        step_checks: list[int] = []
+        tokens_total = finished = 0
+        for seed in range(seeds):
+            gen = torch.Generator().manual_seed(seed)
+            matchers = {k: g.matcher() for k, g in compiled.items()}
+            runs = {"awrs": awrs.start(), "masked": masked.start()}
+            prefix: list[int] = []
+            while len(prefix) < max_tokens and not matchers["awrs"].is_terminated():
+                t0 = time.perf_counter_ns()
+                logits = lm.next_logits([prompt_ids + prefix])[0].float()
+                timers["model"].ns.append(time.perf_counter_ns() - t0)
+                token = None
+                for k in ("awrs", "masked"):
+                    t0 = time.perf_counter_ns()
+                    draw = runs[k].draw(logits, matchers[k], gen)
+                    timers[k].ns.append(time.perf_counter_ns() - t0)
+                    timers[k].checks += draw.checks
+                    if k == "awrs":
+                        token = draw.token
+                        step_checks.append(draw.checks)
+                t0 = time.perf_counter_ns()
+                masked_distribution(logits, matchers["maskonly"])
+                timers["maskonly"].ns.append(time.perf_counter_ns() - t0)
+                matchers["maskonly"].fill_mask(words, 0)  # untimed: the model's mass on allowed tokens
+                allowed = bitmask_to_bool(torch.from_numpy(words[0]), vocab.logits_width)
+                allowed_mass.append(float(torch.softmax(logits, -1)[allowed].sum()))
+                for m in matchers.values():
+                    m.advance(token)
+                prefix.append(token)
+            tokens_total += len(prefix)
+            finished += matchers["awrs"].is_terminated()
+        n = max(1, len(timers["awrs"].ns))
+        row = {"workload": name, "agreement": "model", "tokens": tokens_total, "finished": finished,
+               "sequences": seeds, "awrs_checks": timers["awrs"].checks / n,
+               "awrs_checks_median": statistics.median(step_checks) if step_checks else float("nan"),
+               "awrs_fallbacks": awrs.stats.mask_fallbacks / n, "masked_checks": vocab.logits_width,
+               "allowed_mass_mean": statistics.fmean(allowed_mass) if allowed_mass else float("nan"),
+               "allowed_mass_median": statistics.median(allowed_mass) if allowed_mass else float("nan")}
+        for k, label in (("awrs", "awrs"), ("masked", "masked"), ("maskonly", "mask_only"), ("model", "model")):
+            row[f"{label}_ms"], row[f"{label}_ms_median"] = timers[k].ms()
+        rows.append(row)
+        log(f"[cost] {name}: {tokens_total} tokens ({finished}/{seeds} finished), allowed mass "
+            f"{row['allowed_mass_median']:.3f} (median), AWRS {row['awrs_checks']:.2f} "
+            f"checks/token ({row['awrs_ms']:.2f} ms), mask+renorm {row['mask_only_ms']:.2f} ms, masked "
+            f"{row['masked_ms']:.2f} ms, model {row['model_ms']:.2f} ms")
+    return rows
+
+
 # --- reporting ---------------------------------------------------------------------------------
 
 
@@ -418,6 +604,8 @@ def _fmt(x: float, digits: int = 3) -> str:
 
 
 def render_markdown(quality: list[dict], cost: list[dict], meta: dict) -> str:
+    model_cost = [r for r in cost if r["agreement"] == "model"]
+    cost = [r for r in cost if r["agreement"] != "model"]
     lines = ["# Sampler benchmark", "", f"Machine: {meta['machine']}; torch threads 1; {meta['when']}.", ""]
     if quality:
         lines += ["## Part 1 — KL(· || Q) and TV to the grammar-conditioned model", ""]
@@ -438,11 +626,18 @@ def render_markdown(quality: list[dict], cost: list[dict], meta: dict) -> str:
                 lines.append(f"| {method} | " + " | ".join(cells) + " |")
             m = next(r for r in rows if r["method"] == "masked (empirical)")
             a = next(r for r in rows if r["method"] == "asap (empirical)")
+            draw_m, draw_a = m["draw_ms_per_sample"], a["draw_ms_per_sample"]
             lines += ["", f"Cells: KL in nats / TV. Sampler time per sample (draws + ASAp's update): masked "
-                      f"{m['draw_ms_per_sample']:.2f} ms, ASAp {a['draw_ms_per_sample']:.2f} ms "
-                      f"({100 * (a['draw_ms_per_sample'] / m['draw_ms_per_sample'] - 1):+.0f}%); with the scripted "
-                      f"model's time: {m['ms_per_sample']:.2f} vs {a['ms_per_sample']:.2f} ms "
-                      f"({100 * (a['ms_per_sample'] / m['ms_per_sample'] - 1):+.0f}%).", ""]
+                      f"{draw_m:.2f} ms, ASAp {draw_a:.2f} ms ({100 * (draw_a / draw_m - 1):+.0f}%)"]
+            if "forward_ms" in first:  # a real model, memoised: add its measured forward time per token
+                model_ms = first["forward_ms"] * first["tokens_per_sample"]
+                lines[-1] += (f"; with the model ({first['forward_ms']:.2f} ms per forward, "
+                              f"{first['tokens_per_sample']:.1f} tokens per sample): {draw_m + model_ms:.2f} vs "
+                              f"{draw_a + model_ms:.2f} ms ({100 * ((draw_a + model_ms) / (draw_m + model_ms) - 1):+.0f}%).")
+            else:
+                lines[-1] += (f"; with the scripted model's time: {m['ms_per_sample']:.2f} vs {a['ms_per_sample']:.2f} "
+                              f"ms ({100 * (a['ms_per_sample'] / m['ms_per_sample'] - 1):+.0f}%).")
+            lines.append("")
     if cost:
         lines += ["## Part 2 — AWRS vs full masking, Llama 3 vocabulary (128,256 tokens)", "",
                   "Per token: `allows` checks (masking decides every token), full-mask fallbacks, draw time "
@@ -468,7 +663,40 @@ def render_markdown(quality: list[dict], cost: list[dict], meta: dict) -> str:
         if agreeing:
             lines += ["", f"Mean AWRS checks per token over the agreement rows: {statistics.fmean(agreeing):.2f} "
                       "(target ≤ 3).", ""]
+    if model_cost:
+        lines += _model_cost_lines(model_cost, meta)
     return "\n".join(lines)
+
+
+def _model_cost_lines(rows: list[dict], meta: dict) -> list[str]:
+    lines = [f"## Part 2 — AWRS vs full masking with {meta.get('model', 'the model')}", "",
+             "The model writes JSON for held-out MaskBench schemas (prompted with the schema, temperature 1); "
+             "AWRS drives, masked sampling and the mask alone are timed on the same states. Per token: `allows` "
+             "checks (mean / median; masking decides every token), full-mask fallbacks, times in ms (mean / median). *Allowed "
+             "mass*: the model's probability on grammar-allowed tokens (mean / median over steps); AWRS's checks "
+             "grow as it falls.", "",
+             "| constraint:schema | tokens | finished | allowed mass | AWRS checks | AWRS fallbacks | AWRS ms | mask+renorm ms "
+             "| masked draw ms | model forward ms |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['workload']} | {r['tokens']} | {r['finished']}/{r['sequences']} | "
+            f"{r['allowed_mass_mean']:.3f} / {r['allowed_mass_median']:.3f} | {r['awrs_checks']:.2f} / {r['awrs_checks_median']:.0f} | {r['awrs_fallbacks']:.3f} | {r['awrs_ms']:.2f} / {r['awrs_ms_median']:.2f} | "
+            f"{r['mask_only_ms']:.2f} / {r['mask_only_ms_median']:.2f} | "
+            f"{r['masked_ms']:.2f} / {r['masked_ms_median']:.2f} | {r['model_ms']:.2f} / {r['model_ms_median']:.2f} |")
+    lines.append("")
+    for kind in dict.fromkeys(r["workload"].split(":", 1)[0] for r in rows):
+        group = [r for r in rows if r["workload"].split(":", 1)[0] == kind]
+        tokens = sum(r["tokens"] for r in group)
+        per_token = {k: sum(r[k] * r["tokens"] for r in group) / max(1, tokens)
+                     for k in ("awrs_checks", "awrs_ms", "masked_ms", "mask_only_ms", "model_ms", "allowed_mass_mean")}
+        lines.append(f"- **{kind}**, {len(group)} prompts, {tokens} tokens: allowed mass {per_token['allowed_mass_mean']:.3f}, "
+                     f"AWRS {per_token['awrs_checks']:.2f} checks per token (target ≤ 3), {per_token['awrs_ms']:.2f} ms "
+                     f"per draw against {per_token['masked_ms']:.2f} ms for masked sampling "
+                     f"({per_token['mask_only_ms']:.2f} ms of it the mask and renormalisation); model forward "
+                     f"{per_token['model_ms']:.2f} ms.")
+    lines.append("")
+    return lines
 
 
 def plot(quality: list[dict], path: Path, log=print) -> bool:
@@ -522,10 +750,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", type=Path, default=None,
                         help="vocabulary for Part 2 (default: $CORRAL_SHARED_DIR or ../shared "
                         "vocab/ggml-vocab-llama-bpe.gguf)")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="a save_pretrained model folder (e.g. models/tiny-json from python -m engine.tiny): "
+                        "Part 1 runs its prompted tasks with it, Part 2 lets it write JSON for MaskBench schemas")
     parser.add_argument("--lm", default=None, help="package.module:factory returning (vocab, model) for Part 1")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="Part 2 token budget per sequence (default 24 with --quick, else 64; 128 with --model)")
     parser.add_argument("--skip-quality", action="store_true", help="skip Part 1")
     parser.add_argument("--skip-cost", action="store_true", help="skip Part 2")
-    parser.add_argument("--schemas", type=int, default=2, help="MaskBench schemas in Part 2 (default 2)")
+    parser.add_argument("--schemas", type=int, default=None,
+                        help="MaskBench schemas in Part 2 (default 2; 12 with --model)")
     parser.set_defaults(run=main)
 
 
@@ -536,10 +770,15 @@ def main(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)
     budgets = (10, 30, 100) if args.quick else (10, 30, 100, 300, 1000)
+    model = load_model(args.model) if args.model is not None else None
     quality = [] if args.skip_quality else run_quality(
-        budgets, 3 if args.quick else 5, _load_factory(args.lm) if args.lm else None, log)
+        budgets, 3 if args.quick else 5, _load_factory(args.lm) if args.lm else None, log, model=model)
     cost: list[dict] = []
-    if not args.skip_cost:
+    if not args.skip_cost and model is not None:
+        vocab, lm = model
+        cost = run_cost_model(vocab, lm, schemas=args.schemas or (2 if args.quick else 12),
+                              max_tokens=args.max_tokens or (48 if args.quick else 128), log=log)
+    elif not args.skip_cost:
         path = args.tokenizer
         if path is None:
             shared = Path(os.environ.get("CORRAL_SHARED_DIR", Path("..") / "shared"))
@@ -549,12 +788,15 @@ def main(args: argparse.Namespace) -> int:
         else:
             vocab = TokenVocabulary.from_pretrained(path)
             cost = run_cost(vocab, (0.99, 0.9, 0.5, None), docs=1 if args.quick else 3,
-                            max_tokens=24 if args.quick else 64, schemas=0 if args.quick else args.schemas, log=log)
+                            max_tokens=args.max_tokens or (24 if args.quick else 64),
+                            schemas=0 if args.quick else (args.schemas or 2), log=log)
     import platform
 
     meta = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
                        f"Python {platform.python_version()}, torch {torch.__version__}",
             "when": time.strftime("%Y-%m-%d %H:%M")}
+    if model is not None:
+        meta["model"] = model[1].name
     args.out.mkdir(parents=True, exist_ok=True)
     report = render_markdown(quality, cost, meta)
     (args.out / "samplers.md").write_text(report)
