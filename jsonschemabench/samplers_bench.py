@@ -378,6 +378,23 @@ class _Timer:
         return statistics.fmean(self.ns) / 1e6, statistics.median(self.ns) / 1e6
 
 
+def _timed_step(logits: torch.Tensor, runs: dict, matchers: dict, timers: dict, gen) -> object:
+    """One step timed for every sampler on the same state (each run with its own matcher), then the
+    mask and renormalisation alone (``masked_distribution`` on ``matchers["maskonly"]``, no
+    sampling); returns the draw of the first run, which drives the sequence."""
+    driver = None
+    for k, run in runs.items():
+        t0 = time.perf_counter_ns()
+        draw = run.draw(logits, matchers[k], gen)
+        timers[k].ns.append(time.perf_counter_ns() - t0)
+        timers[k].checks += draw.checks
+        driver = draw if driver is None else driver
+    t0 = time.perf_counter_ns()
+    masked_distribution(logits, matchers["maskonly"])
+    timers["maskonly"].ns.append(time.perf_counter_ns() - t0)
+    return driver
+
+
 def _workloads(vocab, schemas: int, log) -> list[tuple[str, Callable[[Compiler], object], list[list[int]]]]:
     """(name, compile(compiler), reference token lists ending with EOS) for Part 2."""
     eos = min(vocab.eos_token_ids)
@@ -434,18 +451,7 @@ def run_cost(vocab: TokenVocabulary, agreements: Sequence[float], docs: int, max
                 runs = {k: samplers[k].start() for k in ("awrs", "auto", "masked")}
                 prefix: list[int] = []
                 while len(prefix) < max_tokens and not matchers["awrs"].is_terminated():
-                    logits = lm(prefix)
-                    token = None
-                    for k in ("awrs", "auto", "masked"):
-                        t0 = time.perf_counter_ns()
-                        draw = runs[k].draw(logits, matchers[k], gen)
-                        timers[k].ns.append(time.perf_counter_ns() - t0)
-                        timers[k].checks += draw.checks
-                        if k == "awrs":
-                            token = draw.token
-                    t0 = time.perf_counter_ns()  # the mask and the renormalised distribution, no sampling
-                    masked_distribution(logits, matchers["maskonly"])
-                    timers["maskonly"].ns.append(time.perf_counter_ns() - t0)
+                    token = _timed_step(lm(prefix), runs, matchers, timers, gen).token
                     for m in matchers.values():
                         m.advance(token)
                     prefix.append(token)
@@ -555,18 +561,9 @@ def run_cost_model(vocab: TokenVocabulary, lm, schemas: int, max_tokens: int, se
                 t0 = time.perf_counter_ns()
                 logits = lm.next_logits([prompt_ids + prefix])[0].float()
                 timers["model"].ns.append(time.perf_counter_ns() - t0)
-                token = None
-                for k in ("awrs", "masked"):
-                    t0 = time.perf_counter_ns()
-                    draw = runs[k].draw(logits, matchers[k], gen)
-                    timers[k].ns.append(time.perf_counter_ns() - t0)
-                    timers[k].checks += draw.checks
-                    if k == "awrs":
-                        token = draw.token
-                        step_checks.append(draw.checks)
-                t0 = time.perf_counter_ns()
-                masked_distribution(logits, matchers["maskonly"])
-                timers["maskonly"].ns.append(time.perf_counter_ns() - t0)
+                draw = _timed_step(logits, runs, matchers, timers, gen)
+                token = draw.token
+                step_checks.append(draw.checks)
                 matchers["maskonly"].fill_mask(words, 0)  # untimed: the model's mass on allowed tokens
                 allowed = bitmask_to_bool(torch.from_numpy(words[0]), vocab.logits_width)
                 allowed_mass.append(float(torch.softmax(logits, -1)[allowed].sum()))
