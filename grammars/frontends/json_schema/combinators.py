@@ -306,9 +306,9 @@ def _annotation_sources(c: "SchemaCompiler", part: Located, chain: tuple, out: l
         return
     doc = c.document
     node = c.active_keywords(node, part.where)
-    if "$dynamicRef" in node or "$recursiveRef" in node:
+    if "$recursiveRef" in node:
         raise UnsupportedSchemaError("unevaluatedItems" if items else "unevaluatedProperties", part.where,
-                                     "evaluated locations through a dynamic reference are not supported")
+                                     "evaluated locations through $recursiveRef are not supported")
     own = _own_evaluated(c, part, node, items, top)
     if own != _Evaluated():
         out.append((chain, own))
@@ -326,6 +326,8 @@ def _annotation_sources(c: "SchemaCompiler", part: Located, chain: tuple, out: l
         walk(doc.resolve(node["$ref"], part), chain)
         if doc.dialect.ref_overrides_siblings:
             return
+    if "$dynamicRef" in node:
+        walk(doc.resolve_dynamic(node["$dynamicRef"], part), chain)
     for i, sub in enumerate(node.get("allOf") or ()):
         walk(doc.child(part, sub, "allOf", str(i)), chain)
     for keyword in ("anyOf", "oneOf"):
@@ -441,12 +443,14 @@ def negate(c: "SchemaCompiler", sub: Located) -> list[Located]:
         pieces.extend(negate(c, doc.resolve(node["$ref"], sub)))
         if doc.dialect.ref_overrides_siblings:
             return pieces
+    if "$dynamicRef" in node:
+        pieces.extend(negate(c, doc.resolve_dynamic(node["$dynamicRef"], sub)))
     numbers = _normalized_number_keywords(node, where)
     for key, value in numbers.items():
         if key in _NEGATED_BOUND:
             pieces.append({"type": "number", _NEGATED_BOUND[key]: value})
     for key, value in node.items():
-        if key in ("$ref", "then", "else") or key in IGNORED_KEYWORDS or key in _NEGATED_BOUND:
+        if key in ("$ref", "$dynamicRef", "then", "else") or key in IGNORED_KEYWORDS or key in _NEGATED_BOUND:
             continue
         if key == "format" and not c.options.format_assertion:
             continue  # an annotation: constrains nothing

@@ -74,7 +74,7 @@ IGNORED_KEYWORDS = frozenset(
 #: keywords of some draft that validators enforce and this compiler does not
 UNSUPPORTED_KEYWORDS = frozenset(
     {
-        "$dynamicRef", "$recursiveRef", "extends",
+        "$recursiveRef", "extends",
         "disallow", "divisibleBy",
     }
 )
@@ -385,14 +385,17 @@ class SchemaCompiler:
         followed = False
         for _ in range(MAX_APPLY_DEPTH):
             node = part.node
-            if not (isinstance(node, dict) and "$ref" in node):
+            dynamic = isinstance(node, dict) and "$dynamicRef" in node and "$ref" not in node and self.document.dialect >= 2020
+            key = "$dynamicRef" if dynamic else "$ref"
+            if not (isinstance(node, dict) and key in node):
                 break
-            if not self.document.dialect.ref_overrides_siblings and any(
-                k not in IGNORED_KEYWORDS and k != "$ref" and not self._is_unknown(k) for k in node
+            if (dynamic or not self.document.dialect.ref_overrides_siblings) and any(
+                k not in IGNORED_KEYWORDS and k != key and not self._is_unknown(k) for k in node
             ):
                 break
             try:
-                part = self.document.resolve(node["$ref"], part)
+                resolve = self.document.resolve_dynamic if dynamic else self.document.resolve
+                part = resolve(node[key], part)
             except UnsupportedSchemaError as exc:
                 self.unsupported(exc.keyword, exc.pointer, exc.reason)
                 return Located(True, part.pointer + "!relaxed", part.base), followed
@@ -447,6 +450,11 @@ class SchemaCompiler:
                     self.unsupported(exc.keyword, exc.pointer, exc.reason)
                 if self.document.dialect.ref_overrides_siblings:
                     return
+            if "$dynamicRef" in node and self.document.dialect >= 2020:
+                try:
+                    self.apply(conj, self.document.resolve_dynamic(node["$dynamicRef"], part))
+                except UnsupportedSchemaError as exc:
+                    self.unsupported(exc.keyword, exc.pointer, exc.reason)
             self._apply_keywords(conj, part, node)
         finally:
             self._depth -= 1
@@ -477,7 +485,7 @@ class SchemaCompiler:
                     handler(self, conj, part, value)
                 except UnsupportedSchemaError as exc:
                     self.unsupported(exc.keyword, exc.pointer, exc.reason)
-            elif key in IGNORED_KEYWORDS or key == "$ref":
+            elif key in IGNORED_KEYWORDS or key == "$ref" or key == "$dynamicRef":
                 continue
             elif key in UNSUPPORTED_KEYWORDS:
                 if not _trivial_unsupported(key, value):
@@ -495,7 +503,7 @@ class SchemaCompiler:
             return self.document.dialect.id_keyword != "id"
         return not (
             key in _HANDLERS or key in _CONSUMED or key in IGNORED_KEYWORDS or key in UNSUPPORTED_KEYWORDS
-            or key == "$ref" or key.startswith(INTERNAL)
+            or key in ("$ref", "$dynamicRef") or key.startswith(INTERNAL)
         )
 
     def _apply_scalar_keywords(self, compiler: "SchemaCompiler", conj: Conjunction, part: Located, node: dict) -> None:

@@ -204,8 +204,10 @@ class SchemaDocument:
     base_of: dict[str, str] = field(default_factory=dict)  # schema pointer -> base URI
     resources: dict[str, str] = field(default_factory=dict)  # resource URI -> pointer
     anchors: dict[tuple[str, str], str] = field(default_factory=dict)  # (resource URI, name) -> pointer
+    dynamic_anchors: dict[str, set] = field(default_factory=dict)  # name -> {(resource URI, pointer)}
     externals: dict[str, Any] = field(default_factory=dict)  # registry URI -> its document
     foreign: dict[str, Dialect] = field(default_factory=dict)  # registry URI -> its draft, where it differs
+    _reachable: set | None = None
 
     @classmethod
     def of(cls, document: Any, registry: tuple[tuple[str, str], ...] = ()) -> "SchemaDocument":
@@ -274,6 +276,8 @@ class SchemaDocument:
             name = node.get(key)
             if isinstance(name, str) and name:
                 self._anchor(base, name, pointer)
+                if key == "$dynamicAnchor":
+                    self.dynamic_anchors.setdefault(name, set()).add((urldefrag(base)[0], pointer))
         return base
 
     def _anchor(self, base: str, name: str, pointer: str) -> None:
@@ -316,6 +320,51 @@ class SchemaDocument:
         if not isinstance(node, (dict, bool)):
             raise GrammarError(f"$ref {ref!r} at {at.where}: {pointer} is a {type(node).__name__}, not a schema")
         return Located(node, pointer, self.base_of.get(pointer, uri))
+
+    def resolve_dynamic(self, ref: Any, at: Located) -> Located:
+        """The schema a ``$dynamicRef`` reaches, where that does not depend on the dynamic scope.
+
+        It starts as ``$ref`` would; only a target that carries the same ``$dynamicAnchor`` looks
+        further, for the outermost resource of the dynamic scope defining that anchor. The root
+        resource is always the outermost, so an anchor there wins; an anchor defined only at the
+        target is the target. Anything else depends on the path taken and is unsupported.
+        """
+        target = self.resolve(ref, at)
+        name = urldefrag(ref)[1] if isinstance(ref, str) else ""
+        if not name or name.startswith("/") or not (isinstance(target.node, dict) and target.node.get("$dynamicAnchor") == name):
+            return target
+        reachable = self._reachable_documents()
+        defined = {(uri, p) for uri, p in self.dynamic_anchors.get(name, set()) if p.partition("#")[0] in reachable}
+        root_uri = urldefrag(self.base_of.get("#", DEFAULT_BASE_URI))[0]
+        at_root = sorted(p for uri, p in defined if uri == root_uri)
+        if at_root:
+            return Located(self.node_at(at_root[0]), at_root[0], self.base_of.get(at_root[0], root_uri))
+        if {p for _, p in defined} == {target.pointer}:
+            return target
+        raise UnsupportedSchemaError("$dynamicRef", at.where, f"{ref!r} resolves through the dynamic scope "
+                                     f"(several resources define $dynamicAnchor {name!r}, none of them the root)")
+
+    def _reachable_documents(self) -> set[str]:
+        """The main document (``""``) and the registry documents its references reach, transitively:
+        only their resources can ever be in a dynamic scope."""
+        if self._reachable is None:
+            by_home: dict[str, list[str]] = {}
+            for pointer in self.base_of:
+                by_home.setdefault(pointer.partition("#")[0], []).append(pointer)
+            seen, todo = {""}, [""]
+            while todo:
+                for pointer in by_home.get(todo.pop(), ()):
+                    node = self.node_at(pointer)
+                    for key in ("$ref", "$dynamicRef"):
+                        ref = node.get(key) if isinstance(node, dict) else None
+                        if isinstance(ref, str):
+                            resource = self.resources.get(urldefrag(urljoin(self.base_of[pointer], ref))[0])
+                            home = resource.partition("#")[0] if resource is not None else None
+                            if home is not None and home not in seen:
+                                seen.add(home)
+                                todo.append(home)
+            self._reachable = seen
+        return self._reachable
 
     def child(self, parent: Located, node: Any, *tokens: str) -> Located:
         """The subschema ``node`` found under ``parent`` at ``tokens``, with its own base URI."""

@@ -72,7 +72,9 @@ def test_false_schema_is_an_empty_language(byte_vocab):
     "schema, keyword, pointer",
     [
         ({"properties": {"a": {"type": "array", "uniqueItems": True}}}, "uniqueItems", "#/properties/a"),
-        ({"$defs": {"x": {"$dynamicRef": "#y"}}, "items": {"$ref": "#/$defs/x"}}, "$dynamicRef", "#/$defs/x"),
+        ({"$defs": {"x": {"$id": "http://e.com/x", "$dynamicRef": "#y", "$defs": {"y": {"$dynamicAnchor": "y"}}},
+                    "y2": {"$id": "http://e.com/b", "$dynamicAnchor": "y"}},
+          "$id": "http://e.com/r", "items": {"$ref": "#/$defs/x"}}, "$dynamicRef", "#/$defs/x"),
         ({"not": {"unevaluatedProperties": False}}, "unevaluatedProperties", "#/not"),
         ({"items": {"oneOf": [{"type": "number"}, {"type": "integer"}]}}, "oneOf", "#/items"),
         ({"type": "number", "not": {"const": 3}}, "not", "#"),

@@ -166,3 +166,40 @@ def test_registry_option_is_hashable_and_checked():
         JsonSchemaOptions(registry={"http://x/a.json": 5})
     with pytest.raises(TypeError):
         JsonSchemaOptions(registry=[("a", "b")])
+
+
+DYNAMIC_CASES = {
+    "same-resource": ({"$id": "http://e.com/r", "items": {"$dynamicRef": "#it"}, "$defs": {"f": {"$dynamicAnchor": "it", "type": "string"}}},
+                      [["a"], [1], []]),
+    "root-anchor-wins": (
+        {"$id": "http://e.com/root", "$ref": "list", "$defs": {
+            "s": {"$dynamicAnchor": "it", "type": "string"},
+            "list": {"$id": "list", "type": "array", "items": {"$dynamicRef": "#it"}, "$defs": {"d": {"$dynamicAnchor": "it"}}}}},
+        [["a"], [1], []]),
+    "no-bookend-is-a-ref": (
+        {"$id": "http://e.com/root", "$ref": "list", "$defs": {
+            "s": {"$dynamicAnchor": "it", "type": "string"},
+            "list": {"$id": "list", "type": "array", "items": {"$dynamicRef": "#it"}, "$defs": {"d": {"$anchor": "it", "type": "integer"}}}}},
+        [["a"], [1]]),
+    "recursive-extension": (
+        {"$id": "http://e.com/strict", "$dynamicAnchor": "node", "$ref": "tree", "unevaluatedProperties": False,
+         "$defs": {"tree": {"$id": "tree", "$dynamicAnchor": "node", "type": "object",
+                            "properties": {"v": True, "kids": {"type": "array", "items": {"$dynamicRef": "#node"}}}}}},
+        [{"v": 1, "kids": [{"v": 2}]}, {"v": 1, "kids": [{"w": 2}]}, {"x": 1}]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DYNAMIC_CASES))
+def test_dynamic_refs_agree_with_jsonschema(checker, name):
+    schema, instances = DYNAMIC_CASES[name]
+    assert not checker.disagreements(schema, instances, property_order="any")
+
+
+def test_dynamic_ref_depending_on_the_path_is_unsupported():
+    schema = {"$id": "http://e.com/main", "anyOf": [{"$ref": "a"}, {"$ref": "b"}], "$defs": {
+        "g": {"$id": "g", "items": {"$dynamicRef": "#t"}, "$defs": {"d": {"$dynamicAnchor": "t"}}},
+        "a": {"$id": "a", "$ref": "g", "$defs": {"t": {"$dynamicAnchor": "t", "type": "string"}}},
+        "b": {"$id": "b", "$ref": "g", "$defs": {"t": {"$dynamicAnchor": "t", "type": "integer"}}}}}
+    with pytest.raises(UnsupportedSchemaError) as info:
+        parse_json_schema(schema)
+    assert (info.value.keyword, info.value.pointer) == ("$dynamicRef", "#/$defs/g/items")

@@ -64,8 +64,8 @@ def test_true_is_no_constraint(checker):
 
 @pytest.mark.parametrize("schema, keyword, pointer", [
     ({"not": {"properties": {"a": True}, "unevaluatedProperties": False}}, "unevaluatedProperties", "#/not"),
-    ({"$defs": {"d": {"$dynamicAnchor": "x", "properties": {"a": True}}},
-      "properties": {"p": {"unevaluatedProperties": False, "allOf": [{"$dynamicRef": "#x"}]}}},
+    ({"$defs": {"d": {"$recursiveAnchor": True, "properties": {"a": True}}}, "$schema": "https://json-schema.org/draft/2019-09/schema",
+      "properties": {"p": {"unevaluatedProperties": False, "allOf": [{"$recursiveRef": "#"}]}}},
      "unevaluatedProperties", "#/properties/p/allOf/0"),
     ({"anyOf": [{"properties": {f"p{i}": True}} for i in range(7)], "unevaluatedProperties": False},
      "unevaluatedProperties", "#"),
