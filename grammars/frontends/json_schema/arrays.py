@@ -6,10 +6,9 @@ array-form ``items`` + ``additionalItems``. Each schema contributes an ``ItemRul
 and what applies after it); element ``i`` must satisfy, for every rule, the rule's prefix entry
 ``i`` or its rest schema. A ``false`` element schema caps the length there.
 
-``contains`` (at least ``minContains`` elements match) is exact without complements:
-``I* (C I*){k}`` where ``C`` is "an item that also matches ``contains``"; supported with no
-prefix, no ``maxContains`` and no ``minItems`` above ``minContains``/``maxItems`` (a count bound
-would need to know which elements are the matching ones). ``uniqueItems: true`` is not
+``contains`` (``minContains``..``maxContains`` elements match) is an automaton over (index,
+matches so far), see ``_contains_body``; ``maxContains`` needs ``not contains`` (``negate``),
+several ``contains`` in one conjunction are unsupported. ``uniqueItems: true`` is not
 context-free in general and is unsupported unless at most one element is possible.
 """
 
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from grammars.errors import GrammarError
 from grammars.frontends.json_schema.document import Located
-from grammars.ir import NOTHING, Expr, alt, repeat, seq
+from grammars.ir import NOTHING, Expr, Ref, alt, seq
 
 if TYPE_CHECKING:  # pragma: no cover
     from grammars.frontends.json_schema.compiler import Conjunction, SchemaCompiler
@@ -155,20 +154,59 @@ def array_expr(c: "SchemaCompiler", conj: "Conjunction") -> Expr:
 
 
 def _contains_body(c, rules, positions, rest_parts, rest, contains, low, high) -> Expr | None:
-    """``I* (C I*){k}`` with separators; None (after reporting) when unsupported."""
+    """Elements counted by one ``contains``: a right-recursive automaton over (index, matches).
+
+    Element ``i`` is either a *match* (its item schemas and ``contains``) or, when
+    ``maxContains`` bounds the count, a *non-match* (its item schemas and ``not contains``);
+    without ``maxContains`` a non-match is any element (counting fewer matches than there are
+    is harmless when only a minimum is asked), so no negation is needed. Indexes are tracked up
+    to the prefix length, ``minItems`` and ``maxItems``; counts up to ``minContains`` (or
+    ``maxContains`` + 1). None (after reporting) when unsupported."""
+    from grammars.frontends.json_schema.combinators import _synthetic
+
     lay = c.layout
-    loc, k, most = contains[0]
-    if len(contains) > 1 or positions or most is not None or high is not None or low > k:
-        c.unsupported("contains", rules.where, "contains with a prefix, maxContains, maxItems, minItems above minContains or several contains")
+    if len(contains) > 1:
+        c.unsupported("contains", rules.where, "several contains in one conjunction")
         return None
-    match = c.value([*rest_parts, loc])
-    if match == NOTHING:
+    loc, k, most = contains[0]
+    if most is not None and k > most:
         return NOTHING
-    loop = repeat(seq([lay.comma, rest]))
-    tail = seq([loop, lay.ws])  # after the k-th match: any items
-    for _ in range(k - 1):
-        tail = seq([loop, lay.comma, match, tail])
-    # the first element is either a plain item (then more items before the first match) or the first match
-    first_plain = seq([rest, loop, lay.comma, match, tail])
-    first_match = seq([match, tail])
-    return alt([first_plain, first_match])
+    prefix = [[p for r in rules.item_rules if (p := r.at(i)) is not None] for i in range(len(positions))]
+    not_loc = _synthetic(loc, "not", {"corral:nots": [loc]}, ("not", loc)) if most is not None else None
+
+    def element(i: int, match: bool) -> Expr:
+        parts = prefix[i] if i < len(prefix) else rest_parts
+        if match:
+            return c.value([*parts, loc])
+        if not_loc is None:
+            return positions[i] if i < len(positions) else rest
+        return c.value([*parts, not_loc])
+
+    cap = most + 1 if most is not None else k
+    last = high if high is not None else max(low, len(positions), 1)  # index at which the state saturates
+    names: dict[tuple[int, int], str] = {}
+
+    def state(i: int, n: int) -> Expr:
+        key = (i, n)
+        if key not in names:
+            names[key] = c._fresh(f"{rules.where}@contains{i}.{n}")
+            c.rules[names[key]] = NOTHING
+            c.rules[names[key]] = build(i, n)
+        return Ref(names[key])
+
+    def build(i: int, n: int) -> Expr:
+        options: list[Expr] = []
+        if i >= low and n >= k and (most is None or n <= most):
+            options.append(lay.end(i > 0))
+        if high is None or i < high:
+            after = min(i + 1, last) if high is None else i + 1
+            for match in (True, False):
+                m = min(n + 1, cap) if match else n
+                if most is not None and m > most:
+                    continue
+                item = element(i, match)
+                if item != NOTHING:
+                    options.append(seq([lay.sep(i > 0), item, state(after, m)]))
+        return alt(options)
+
+    return state(0, 0)

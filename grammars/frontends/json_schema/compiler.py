@@ -680,10 +680,15 @@ class SchemaCompiler:
             except Exception:  # a keyword jsonschema cannot evaluate: assume the value may be allowed
                 live.append(v)
         if live:
-            self.unsupported("not", conj.number_where, f"excluding particular numbers ({live[:3]!r}) is not supported")
+            return alt(self._number_keywords(gap, conj.number_where, integer) for gap in _gaps(keywords, live, conj.number_where))
+        return self._number_keywords(keywords, conj.number_where, integer)
+
+    def _number_keywords(self, keywords: dict, where: str, integer: bool) -> Expr:
+        """The scalars module's number expression; under ``lenient``, retried without what it rejects."""
+        keywords = dict(keywords)
         while True:
             try:
-                return scalars.number_schema(keywords, conj.number_where, self.options, integer=integer)
+                return scalars.number_schema(keywords, where, self.options, integer=integer)
             except UnsupportedSchemaError as exc:
                 self.unsupported(exc.keyword, exc.pointer, exc.reason)
                 if exc.keyword in keywords:
@@ -692,6 +697,21 @@ class SchemaCompiler:
                     keywords = {}
                 else:
                     raise
+
+
+def _gaps(keywords: dict, excluded: list, where: str) -> list[dict]:
+    """``keywords`` minus finitely many values: one keyword set per open interval between them
+    (``x != v`` is ``x < v or x > v``, bounds the number module enforces exactly)."""
+    from fractions import Fraction
+
+    values = sorted({Fraction(str(v)) if isinstance(v, float) else Fraction(v): v for v in excluded}.items())
+    points = [v for _, v in values]
+    out = []
+    for low, high in zip([None, *points], [*points, None]):
+        probe = Conjunction(number=dict(keywords), number_where=where)
+        _merge_number_keywords(probe, {k: v for k, v in (("exclusiveMinimum", low), ("exclusiveMaximum", high)) if v is not None}, where)
+        out.append(probe.number)
+    return out
 
 
 def _referencing_registry(registry: tuple[tuple[str, str], ...]):

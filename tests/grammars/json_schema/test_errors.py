@@ -77,10 +77,10 @@ def test_false_schema_is_an_empty_language(byte_vocab):
           "$id": "http://e.com/r", "items": {"$ref": "#/$defs/x"}}, "$dynamicRef", "#/$defs/x"),
         ({"not": {"unevaluatedProperties": False}}, "unevaluatedProperties", "#/not"),
         ({"items": {"oneOf": [{"type": "number"}, {"type": "integer"}]}}, "oneOf", "#/items"),
-        ({"type": "number", "not": {"const": 3}}, "not", "#"),
+        ({"type": "array", "not": {"const": [3]}}, "not", "#"),
         ({"not": {"multipleOf": 2}}, "multipleOf", "#/not"),
         ({"$schema": "http://json-schema.org/draft-03/schema#"}, "$schema", "#"),
-        ({"type": "array", "contains": {"const": 1}, "maxContains": 2}, "contains", "#"),
+        ({"type": "array", "allOf": [{"contains": {"const": 1}}, {"contains": {"const": 2}}]}, "contains", "#/allOf/0"),
     ],
 )
 def test_unsupported_keyword_carries_keyword_and_pointer(schema, keyword, pointer):

@@ -1,0 +1,58 @@
+"""``contains`` with ``minContains``/``maxContains``/prefixes/length bounds, and excluded numbers."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from schema_check import Checker
+
+from grammars import UnsupportedSchemaError
+from grammars.frontends.json_schema import parse_json_schema
+
+ARRAYS = [list(t) for n in range(5) for t in itertools.product([1, 2, "a"], repeat=n)] + ["x", {}]
+CONTAINS = {
+    "max": {"contains": {"const": 1}, "maxContains": 1},
+    "min-max": {"contains": {"const": 1}, "minContains": 2, "maxContains": 2},
+    "zero": {"contains": {"const": 1}, "minContains": 0, "maxContains": 0},
+    "min-with-maxItems": {"contains": {"const": 1}, "minContains": 2, "maxItems": 3},
+    "minItems-above": {"contains": {"const": 1}, "minItems": 3},
+    "prefix": {"prefixItems": [{"const": 2}], "contains": {"const": 1}},
+    "prefix-items-max": {"prefixItems": [{"type": "integer"}], "items": {"type": "integer"}, "contains": {"const": 1},
+                         "maxContains": 1, "minItems": 2},
+    "items-and-max": {"contains": {"type": "string"}, "maxContains": 1, "items": {"enum": [1, "a"]}},
+}
+NUMBERS = [0, 1, 1.0, 0.5, 2, -1, 3, 2.5, 1.5, 0.9999999999999999, 1.0000000000000002, "a", None]
+EXCLUSIONS = {
+    "not-const": {"not": {"const": 1}},
+    "integer-not-enum": {"type": "integer", "not": {"enum": [1, 3]}},
+    "bounded-not-enum": {"minimum": 0, "maximum": 2, "not": {"enum": [1, 2.5]}},
+    "if-then": {"if": {"exclusiveMaximum": 0}, "then": {"minimum": -10}, "else": {"not": {"const": 1}}},
+}
+
+
+@pytest.fixture(scope="module")
+def checker(byte_vocab):
+    return Checker(byte_vocab)
+
+
+@pytest.mark.parametrize("name", sorted(CONTAINS))
+def test_contains_agrees_with_jsonschema(checker, name):
+    assert not checker.disagreements(CONTAINS[name], ARRAYS, whitespace="flexible")
+
+
+@pytest.mark.parametrize("name", sorted(EXCLUSIONS))
+def test_excluded_numbers_agree_with_jsonschema(checker, name):
+    assert not checker.disagreements(EXCLUSIONS[name], NUMBERS)
+
+
+def test_several_contains_are_unsupported():
+    with pytest.raises(UnsupportedSchemaError) as info:
+        parse_json_schema({"items": {"allOf": [{"contains": {"const": 1}}, {"contains": {"const": 2}}]}})
+    assert info.value.keyword == "contains" and info.value.pointer.startswith("#/items")
+
+
+def test_max_contains_needs_a_negatable_contains():
+    with pytest.raises(UnsupportedSchemaError) as info:
+        parse_json_schema({"contains": {"type": "string", "format": "date"}, "maxContains": 1})
+    assert info.value.pointer == "#/contains"
