@@ -1,4 +1,4 @@
-"""Regular IR expressions compiled to minimal (up to a size), trimmed byte-level DFAs in numpy tables.
+"""Regular IR expressions compiled to minimal, trimmed byte-level DFAs in numpy tables.
 
 Pipeline (``compile_regular``):
 
@@ -10,7 +10,8 @@ Pipeline (``compile_regular``):
 2. Byte classes: the bytes are partitioned by every range boundary in the NFA, and subset
    construction runs over the ``k`` classes instead of 256 bytes.
 3. Trim (drop states that cannot reach an accepting state), minimise (Valmari's O(m log n)
-   partition refinement, which works directly on partial transition functions), renumber
+   partition refinement, which works directly on partial transition functions; numba-compiled,
+   so a 20k-state DFA takes milliseconds), renumber
    canonically (BFS from the start over bytes 0..255), then expand the class table to
    ``[n_states, 256]``.
 
@@ -24,25 +25,21 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
+from numba import njit
 
 from ..errors import LimitExceeded, UnsupportedGrammarError
 from ..ir import Alt, Chars, Expr, Literal, Ref, Repeat, Seq
 from ..limits import Limits
+from .subset import subset_construction
 from .utf8 import utf8_ranges
 
-__all__ = ["DEAD", "ByteDFA", "compile_regular", "nonempty", "union", "concat", "intersect", "minimize"]
+__all__ = ["DEAD", "ByteDFA", "compile_regular", "nonempty", "union", "concat", "intersect", "difference", "minimize"]
 
 #: the "no state" value in tables and the result of stepping out of the language
 DEAD = -1
-
-#: DFAs up to this many states are minimised (so equal languages share one ``key`` and one set of
-#: cached trie walks); bigger ones — long counters such as ``maxLength: 1024`` crossed with a
-#: format — are only trimmed, because the pure-Python minimiser took 16 s on 14k states.
-MINIMIZE_MAX_STATES = 2000
-
 
 # ------------------------------------------------------------------------------------------
 # the automaton
@@ -50,7 +47,7 @@ MINIMIZE_MAX_STATES = 2000
 
 @dataclass(frozen=True, eq=False)
 class ByteDFA:
-    """A trimmed, canonically numbered DFA over bytes, minimal up to ``MINIMIZE_MAX_STATES`` states.
+    """A trimmed, canonically numbered DFA over bytes, minimal.
 
     ``table[state, byte]`` is the next state or ``-1`` (dead). Every state is reachable from
     ``start`` and can reach an accepting state, so ``state != -1`` means "this prefix can still
@@ -105,10 +102,7 @@ class ByteDFA:
 
     @cached_property
     def key(self) -> bytes:
-        """Digest of (start, table, accepting): equal languages give equal keys.
-
-        (Guaranteed for DFAs of at most ``MINIMIZE_MAX_STATES`` states, which are minimised.)
-        """
+        """Digest of (start, table, accepting): equal languages give equal keys."""
         h = hashlib.blake2b(digest_size=20)
         h.update(np.array([self.start, self.n_states], dtype=np.int64).tobytes())
         h.update(self.table.tobytes())
@@ -122,6 +116,27 @@ class ByteDFA:
     @cached_property
     def _acc(self) -> list[bool]:
         return self.accepting.tolist()
+
+    @cached_property
+    def _runs(self) -> tuple[list[list[tuple[int, int, int]]], list[int]]:
+        """Per state the (lo, hi, target) byte runs with one live target, and the accepting states:
+        what an NFA fragment of this DFA needs, computed once per DFA."""
+        n = self.n_states
+        table = self.table
+        change = np.ones((n, 257), dtype=bool)
+        change[:, 1:256] = table[:, 1:] != table[:, :-1]
+        rows, starts = np.nonzero(change[:, :256])
+        ends = np.empty_like(starts)
+        ends[:-1] = starts[1:] - 1
+        same_row = np.zeros(len(rows), dtype=bool)
+        same_row[:-1] = rows[1:] == rows[:-1]
+        ends = np.where(same_row, ends, 255)
+        tgts = table[rows, starts]
+        keep = tgts >= 0
+        runs: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+        for q, a, b, t in zip(rows[keep].tolist(), starts[keep].tolist(), ends[keep].tolist(), tgts[keep].tolist()):
+            runs[q].append((a, b, t))
+        return runs, np.nonzero(self.accepting)[0].tolist()
 
     # -- running ------------------------------------------------------------------------
 
@@ -174,16 +189,20 @@ class _NFA:
     """Thompson NFA: per state a list of epsilon targets and a list of (lo, hi, target) byte edges.
 
     Every fragment built by ``build`` occupies a contiguous block of fresh states and has no
-    edges leaving that block, so it can be cloned by offset.
+    edges leaving that block, so it can be cloned by offset. A state's byte edges are final once
+    its fragment is built, so clones and embedded DFAs *share* edge lists: the targets of
+    ``edges[s]`` are relative to ``offset[s]``.
     """
 
-    __slots__ = ("eps", "edges", "limit", "limits")
+    __slots__ = ("eps", "edges", "offset", "limit", "limits", "sub")
 
-    def __init__(self, limits: Limits):
+    def __init__(self, limits: Limits, sub: "Callable[[Expr], ByteDFA] | None" = None):
         self.eps: list[list[int]] = []
         self.edges: list[list[tuple[int, int, int]]] = []
+        self.offset: list[int] = []
         self.limits = limits
         self.limit = limits.max_nfa_states
+        self.sub = sub
 
     def _overflow(self) -> LimitExceeded:
         return LimitExceeded(
@@ -199,6 +218,7 @@ class _NFA:
             raise self._overflow()
         self.eps.append([])
         self.edges.append([])
+        self.offset.append(0)
         return n
 
     def clone(self, lo: int, hi: int) -> int:
@@ -206,12 +226,9 @@ class _NFA:
         off = len(self.eps) - lo
         if off + hi > self.limit:
             raise self._overflow()
-        eps, edges = self.eps, self.edges
-        for s in range(lo, hi):
-            e = eps[s]
-            eps.append([t + off for t in e] if e else [])
-            g = edges[s]
-            edges.append([(a, b, t + off) for a, b, t in g] if g else [])
+        self.eps.extend([[t + off for t in e] if e else [] for e in self.eps[lo:hi]])
+        self.edges.extend(self.edges[lo:hi])
+        self.offset.extend([o + off for o in self.offset[lo:hi]])
         return off
 
     # -- fragments -----------------------------------------------------------------------
@@ -219,7 +236,8 @@ class _NFA:
     def nothing(self) -> tuple[int, int]:
         return self.new(), self.new()
 
-    def build(self, expr: Expr) -> tuple[int, int]:
+    def build(self, expr: Expr, root: bool = False) -> tuple[int, int]:
+        """The fragment of ``expr``; below the ``root``, repetitions come from ``sub`` when given."""
         if isinstance(expr, Literal):
             return self._literal(expr.text)
         if isinstance(expr, Chars):
@@ -245,6 +263,8 @@ class _NFA:
                 eps[fe].append(e)
             return s, e
         if isinstance(expr, Repeat):
+            if self.sub is not None and not root and _worth_sharing(expr):  # embed its cached DFA
+                return self.dfa(self.sub(expr))
             return self._repeat(expr.item, expr.min, expr.max)
         if isinstance(expr, Ref):
             raise UnsupportedGrammarError(
@@ -300,8 +320,11 @@ class _NFA:
             # x{m,n} == x'{0,n} and x{m,} == x'* where x' = x minus the empty string: without
             # this, every copy of a nullable x could be skipped and epsilon closures (hence subset
             # construction) would grow with the number of copies.
-            sub_limits = replace(self.limits, max_nfa_states=max(0, self.limit - len(self.eps)))
-            body = nonempty(compile_regular(item, sub_limits))
+            if self.sub is not None:
+                body = nonempty(self.sub(item))
+            else:
+                sub_limits = replace(self.limits, max_nfa_states=max(0, self.limit - len(self.eps)))
+                body = nonempty(compile_regular(item, sub_limits))
             if body.is_empty_language:
                 s = self.new()
                 return s, s
@@ -351,28 +374,22 @@ class _NFA:
         base = len(self.eps)
         if base + n + 1 > self.limit:
             raise self._overflow()
-        for _ in range(n):
-            self.new()
-        end = self.new()
-        table = dfa.table
-        # runs of equal targets along each row
-        change = np.ones((n, 257), dtype=bool)
-        change[:, 1:256] = table[:, 1:] != table[:, :-1]
-        rows, starts = np.nonzero(change[:, :256])
-        ends = np.empty_like(starts)
-        ends[:-1] = starts[1:] - 1
-        same_row = np.zeros(len(rows), dtype=bool)
-        same_row[:-1] = rows[1:] == rows[:-1]
-        ends = np.where(same_row, ends, 255)
-        tgts = table[rows, starts]
-        keep = tgts >= 0
-        edges = self.edges
-        for q, a, b, t in zip(rows[keep].tolist(), starts[keep].tolist(), ends[keep].tolist(), tgts[keep].tolist()):
-            edges[base + q].append((a, b, base + t))
-        eps = self.eps
-        for q in np.nonzero(dfa.accepting)[0].tolist():
-            eps[base + q].append(end)
+        runs, finals = dfa._runs
+        self.edges.extend(runs)
+        self.edges.append([])
+        self.offset.extend([base] * n)
+        self.offset.append(0)
+        eps: list[list[int]] = [[] for _ in range(n + 1)]
+        end = base + n
+        for q in finals:
+            eps[q].append(end)
+        self.eps.extend(eps)
         return base + dfa.start, end
+
+
+def _worth_sharing(expr: Repeat) -> bool:
+    """Repetitions that unroll into copies or loop over a compound item: compiled once as ``sub``."""
+    return (expr.max is not None and expr.max > 1) or (expr.max is None and not isinstance(expr.item, (Chars, Literal)))
 
 
 def _nullable(expr) -> bool:
@@ -397,114 +414,13 @@ def _nullable(expr) -> bool:
 
 def _determinize(nfa: _NFA, start: int, final: int, max_states: int):
     """Subset construction. Returns (class table [n, k] int32, accepting [n] bool, byte_to_class)."""
-    eps, edges = nfa.eps, nfa.edges
-    n_nfa = len(eps)
-
-    # byte classes from every range boundary
-    bounds = {0, 256}
-    for g in edges:
-        for lo, hi, _ in g:
-            bounds.add(lo)
-            bounds.add(hi + 1)
-    blist = sorted(bounds)
-    k = len(blist) - 1
-    index_of = {b: i for i, b in enumerate(blist)}
-    byte_to_class = np.repeat(np.arange(k, dtype=np.intp), np.diff(np.array(blist)))
-
-    # class-range edges; "important" states have byte edges (or are the final state)
-    cedges: list = [None] * n_nfa
-    important = [False] * n_nfa
-    for s, g in enumerate(edges):
-        if g:
-            cedges[s] = [(index_of[lo], index_of[hi + 1], t) for lo, hi, t in g]
-            important[s] = True
-    important[final] = True
-
-    def closure(seeds) -> frozenset:
-        seen = set(seeds)
-        stack = list(seen)
-        pop, push, add = stack.pop, stack.append, seen.add
-        while stack:
-            for t in eps[pop()]:
-                if t not in seen:
-                    add(t)
-                    push(t)
-        return frozenset([s for s in seen if important[s]])
-
-    first = closure((start,))
-    dstates: list[frozenset] = [first]
-    index: dict[frozenset, int] = {first: 0}
-    moved: dict[frozenset, int] = {}
-    rows: list[list[int]] = []
-    accepting: list[bool] = []
-    i = 0
-    while i < len(dstates):
-        S = dstates[i]
-        i += 1
-        accepting.append(final in S)
-        row = [DEAD] * k
-        gs = [cedges[s] for s in S if cedges[s] is not None]
-        if gs:
-            if len(gs) == 1 and len(gs[0]) == 1:
-                c0, c1, t = gs[0][0]
-                groups = [(c0, c1, (t,))]
-            else:
-                groups = _sweep(gs)
-            for c0, c1, targets in groups:
-                key = frozenset(targets)
-                d = moved.get(key)
-                if d is None:
-                    cl = closure(key)
-                    d = index.get(cl) if cl else DEAD  # empty set: nothing can follow
-                    if d is None:
-                        d = len(dstates)
-                        if d >= max_states:
-                            raise LimitExceeded(
-                                "max_dfa_states",
-                                max_states,
-                                f"the DFA of this regular expression needs more than "
-                                f"max_dfa_states={max_states} states",
-                            )
-                        index[cl] = d
-                        dstates.append(cl)
-                    moved[key] = d
-                if d >= 0:
-                    for c in range(c0, c1):
-                        row[c] = d
-        rows.append(row)
-    table = np.array(rows, dtype=np.int32).reshape(len(rows), k)
-    return table, np.array(accepting, dtype=bool), byte_to_class
-
-
-def _sweep(gs) -> list[tuple[int, int, tuple]]:
-    """Merge class-range edges [(c0, c1_exclusive, target)] into runs with a constant target set."""
-    events: dict[int, list] = {}
-    for g in gs:
-        for c0, c1, t in g:
-            ev = events.get(c0)
-            if ev is None:
-                events[c0] = ev = [[], []]
-            ev[0].append(t)
-            ev = events.get(c1)
-            if ev is None:
-                events[c1] = ev = [[], []]
-            ev[1].append(t)
-    active: dict[int, int] = {}
-    out = []
-    prev = None
-    for c in sorted(events):
-        if active and prev is not None:
-            out.append((prev, c, tuple(active)))
-        adds, removes = events[c]
-        for t in removes:
-            n = active[t] - 1
-            if n:
-                active[t] = n
-            else:
-                del active[t]
-        for t in adds:
-            active[t] = active.get(t, 0) + 1
-        prev = c
+    out = subset_construction(nfa.eps, nfa.edges, nfa.offset, start, final, max_states)
+    if out is None:
+        raise LimitExceeded(
+            "max_dfa_states",
+            max_states,
+            f"the DFA of this regular expression needs more than max_dfa_states={max_states} states",
+        )
     return out
 
 
@@ -512,178 +428,259 @@ def _sweep(gs) -> list[tuple[int, int, tuple]]:
 # trim, minimise, canonical numbering
 
 
-def _coaccessible(table: np.ndarray, accepting: np.ndarray) -> np.ndarray:
-    n = table.shape[0]
-    qs, cs = np.nonzero(table >= 0)
-    hs = table[qs, cs]
-    order = np.argsort(hs, kind="stable")
-    preds = qs[order].tolist()
-    bnd = np.searchsorted(hs[order], np.arange(n + 1)).tolist()
-    co = accepting.tolist()
-    stack = [q for q in range(n) if co[q]]
-    while stack:
-        q = stack.pop()
-        for p in preds[bnd[q] : bnd[q + 1]]:
-            if not co[p]:
-                co[p] = True
-                stack.append(p)
-    return np.array(co, dtype=bool)
+@njit(cache=True, nogil=True)
+def _mark(e, E, L, S, F, M, W, wtop):  # pragma: no cover - jitted
+    """Move element ``e`` into the marked part of its set; returns the new top of ``W``."""
+    s = S[e]
+    i = L[e]
+    j = F[s] + M[s]
+    f = E[j]
+    E[i] = f
+    L[f] = i
+    E[j] = e
+    L[e] = j
+    if M[s] == 0:
+        W[wtop] = s
+        wtop += 1
+    M[s] += 1
+    return wtop
 
 
-class _Partition:
-    """Refinable partition (Valmari & Lehtinen): elements grouped in E, sets are slices F..P."""
-
-    __slots__ = ("z", "E", "L", "S", "F", "P", "M", "W")
-
-    def __init__(self, n: int):
-        self.z = 1 if n else 0
-        self.E = list(range(n))
-        self.L = list(range(n))
-        self.S = [0] * n
-        self.F = [0] * (n + 1)
-        self.P = [0] * (n + 1)
-        self.P[0] = n
-        self.M = [0] * (n + 1)
-        self.W: list[int] = []
-
-    def mark(self, e: int) -> None:
-        S, L, E, M = self.S, self.L, self.E, self.M
-        s = S[e]
-        i = L[e]
-        j = self.F[s] + M[s]
-        f = E[j]
-        E[i] = f
-        L[f] = i
-        E[j] = e
-        L[e] = j
-        if not M[s]:
-            self.W.append(s)
-        M[s] += 1
-
-    def split(self) -> None:
-        W, M, F, P, E, S = self.W, self.M, self.F, self.P, self.E, self.S
-        while W:
-            s = W.pop()
-            j = F[s] + M[s]
-            if j == P[s]:
-                M[s] = 0
-                continue
-            z = self.z
-            if M[s] <= P[s] - j:
-                F[z] = F[s]
-                P[z] = F[s] = j
-            else:
-                P[z] = P[s]
-                F[z] = P[s] = j
-            for i in range(F[z], P[z]):
-                S[E[i]] = z
-            M[s] = M[z] = 0
-            self.z = z + 1
+@njit(cache=True, nogil=True)
+def _split(E, S, F, P, M, W, wtop, z):  # pragma: no cover - jitted
+    """Split every touched set into its marked and unmarked parts; returns the new set count."""
+    while wtop > 0:
+        wtop -= 1
+        s = W[wtop]
+        j = F[s] + M[s]
+        if j == P[s]:
+            M[s] = 0
+            continue
+        if M[s] <= P[s] - j:
+            F[z] = F[s]
+            P[z] = j
+            F[s] = j
+        else:
+            P[z] = P[s]
+            F[z] = j
+            P[s] = j
+        for i in range(F[z], P[z]):
+            S[E[i]] = z
+        M[s] = 0
+        M[z] = 0
+        z += 1
+    return z
 
 
-def _minimize(table: np.ndarray, accepting: np.ndarray) -> tuple[int, list[int]]:
-    """Valmari's partial-DFA minimisation. Needs every state co-accessible. Returns (blocks, block_of)."""
-    n, k = table.shape
-    qs, cs = np.nonzero(table >= 0)
-    m = len(qs)
-    T = qs.tolist()
-    H = table[qs, cs].tolist()
-    B = _Partition(n)
-    for q in np.nonzero(accepting)[0].tolist():
-        B.mark(q)
-    B.split()
+@njit(cache=True, nogil=True)
+def _valmari(n, T, final_states, CE, CF, CP, cz, A, Fa):  # pragma: no cover - jitted
+    """Valmari & Lehtinen's partition refinement over blocks (states) and cords (transitions).
+
+    ``T[t]`` is the source of transition ``t``; ``CE``/``CF``/``CP``/``cz`` the cords grouped by
+    label; ``A[Fa[q]:Fa[q+1]]`` the transitions into ``q``. Returns (block count, block of state).
+    """
+    m = T.shape[0]
+    BE = np.arange(n)
+    BL = np.arange(n)
+    BS = np.zeros(n, np.int64)
+    BF = np.zeros(n + 1, np.int64)
+    BP = np.zeros(n + 1, np.int64)
+    BM = np.zeros(n + 1, np.int64)
+    BW = np.zeros(n + 1, np.int64)
+    BP[0] = n
+    bz = 1 if n > 0 else 0
+    wtop = 0
+    for q in final_states:
+        wtop = _mark(q, BE, BL, BS, BF, BM, BW, wtop)
+    bz = _split(BE, BS, BF, BP, BM, BW, wtop, bz)
     if m == 0:
-        return B.z, B.S
-    # cords: transitions grouped by label
-    C = _Partition(m)
-    by_label = np.argsort(cs, kind="stable")
-    C.E = by_label.tolist()
-    labels = cs[by_label]
-    cut = (np.nonzero(labels[1:] != labels[:-1])[0] + 1).tolist()
-    firsts = [0] + cut
-    pasts = cut + [m]
-    C.z = len(firsts)
-    C.F[: C.z] = firsts
-    C.P[: C.z] = pasts
-    CL = [0] * m
-    CS = [0] * m
-    for c, (f, p) in enumerate(zip(firsts, pasts)):
-        for i in range(f, p):
-            t = C.E[i]
-            CL[t] = i
-            CS[t] = c
-    C.L, C.S = CL, CS
-    # incoming transitions per state
-    order = np.argsort(table[qs, cs], kind="stable")
-    A = order.tolist()
-    Fa = np.searchsorted(np.asarray(H)[order], np.arange(n + 1)).tolist()
-
-    b, c = 1, 0
-    BE, BF, BP = B.E, B.F, B.P
-    CE, CF, CP = C.E, C.F, C.P
-    bmark, cmark = B.mark, C.mark
-    while c < C.z:
+        return bz, BS
+    CL = np.zeros(m, np.int64)
+    CS = np.zeros(m, np.int64)
+    for c in range(cz):
         for i in range(CF[c], CP[c]):
-            bmark(T[CE[i]])
-        B.split()
+            CL[CE[i]] = i
+            CS[CE[i]] = c
+    CM = np.zeros(m + 1, np.int64)
+    CW = np.zeros(m + 1, np.int64)
+    b = 1
+    c = 0
+    while c < cz:
+        wtop = 0
+        for i in range(CF[c], CP[c]):
+            wtop = _mark(T[CE[i]], BE, BL, BS, BF, BM, BW, wtop)
+        bz = _split(BE, BS, BF, BP, BM, BW, wtop, bz)
         c += 1
-        while b < B.z:
+        while b < bz:
+            wtop = 0
             for i in range(BF[b], BP[b]):
                 q = BE[i]
                 for j in range(Fa[q], Fa[q + 1]):
-                    cmark(A[j])
-            C.split()
+                    wtop = _mark(A[j], CE, CL, CS, CF, CM, CW, wtop)
+            cz = _split(CE, CS, CF, CP, CM, CW, wtop, cz)
             b += 1
-    return B.z, B.S
+    return bz, BS
+
+
+@njit(cache=True, nogil=True)
+def _reduce(table, accepting, start, corder):  # pragma: no cover - jitted
+    """Trim, minimise and canonically renumber a class-level DFA in one compiled pass.
+
+    ``corder`` lists the byte classes in order of their first byte, so the breadth-first
+    numbering follows bytes 0..255. Returns (class table, accepting) with the start as state 0;
+    0 states when the language is empty.
+    """
+    n, k = table.shape
+    # co-accessible states: reverse edges, then a search from the accepting states
+    n_pred = np.zeros(n + 1, np.int64)
+    for q in range(n):
+        for c in range(k):
+            t = table[q, c]
+            if t >= 0:
+                n_pred[t + 1] += 1
+    for q in range(n):
+        n_pred[q + 1] += n_pred[q]
+    fill = n_pred[:-1].copy()
+    preds = np.empty(n_pred[n], np.int64)
+    for q in range(n):
+        for c in range(k):
+            t = table[q, c]
+            if t >= 0:
+                preds[fill[t]] = q
+                fill[t] += 1
+    co = accepting.copy()
+    stack = np.empty(n, np.int64)
+    top = 0
+    for q in range(n):
+        if co[q]:
+            stack[top] = q
+            top += 1
+    while top > 0:
+        top -= 1
+        q = stack[top]
+        for j in range(n_pred[q], n_pred[q + 1]):
+            p = preds[j]
+            if not co[p]:
+                co[p] = True
+                stack[top] = p
+                top += 1
+    if not co[start]:
+        return np.zeros((0, k), np.int32), np.zeros(0, np.bool_)
+    # trim
+    remap = np.full(n, -1, np.int64)
+    m_states = 0
+    for q in range(n):
+        if co[q]:
+            remap[q] = m_states
+            m_states += 1
+    tt = np.full((m_states, k), -1, np.int64)
+    acc = np.zeros(m_states, np.bool_)
+    m = 0
+    label_count = np.zeros(k + 1, np.int64)
+    head_count = np.zeros(m_states + 1, np.int64)
+    for q in range(n):
+        r = remap[q]
+        if r < 0:
+            continue
+        acc[r] = accepting[q]
+        for c in range(k):
+            t = table[q, c]
+            if t >= 0 and remap[t] >= 0:
+                tt[r, c] = remap[t]
+                m += 1
+                label_count[c + 1] += 1
+                head_count[remap[t] + 1] += 1
+    n = m_states
+    # transitions grouped by label (cords) and by head (incoming lists): counting sorts
+    tails = np.empty(m, np.int64)
+    heads = np.empty(m, np.int64)
+    for c in range(k):
+        label_count[c + 1] += label_count[c]
+    for q in range(n):
+        head_count[q + 1] += head_count[q]
+    lfill = label_count[:-1].copy()
+    hfill = head_count[:-1].copy()
+    by_label = np.empty(m, np.int64)
+    incoming = np.empty(m, np.int64)
+    i = 0
+    for q in range(n):
+        for c in range(k):
+            t = tt[q, c]
+            if t >= 0:
+                tails[i] = q
+                heads[i] = t
+                by_label[lfill[c]] = i
+                lfill[c] += 1
+                incoming[hfill[t]] = i
+                hfill[t] += 1
+                i += 1
+    firsts = np.zeros(m + 1, np.int64)
+    pasts = np.zeros(m + 1, np.int64)
+    cz = 0
+    for c in range(k):
+        if label_count[c + 1] > label_count[c]:
+            firsts[cz] = label_count[c]
+            pasts[cz] = label_count[c + 1]
+            cz += 1
+    n_final = 0
+    for q in range(n):
+        if acc[q]:
+            n_final += 1
+    finals = np.empty(n_final, np.int64)
+    j = 0
+    for q in range(n):
+        if acc[q]:
+            finals[j] = q
+            j += 1
+    nb, block = _valmari(n, tails, finals, by_label, firsts, pasts, cz, incoming, head_count)
+    # quotient, numbered breadth-first from the start over classes in byte order
+    reps = np.zeros(nb, np.int64)
+    for q in range(n):
+        reps[block[q]] = q
+    new = np.full(nb, -1, np.int64)
+    order = np.empty(nb, np.int64)
+    qstart = block[remap[start]]
+    new[qstart] = 0
+    order[0] = qstart
+    size = 1
+    head = 0
+    while head < size:
+        b = order[head]
+        head += 1
+        r = reps[b]
+        for x in range(k):
+            t = tt[r, corder[x]]
+            if t >= 0:
+                bt = block[t]
+                if new[bt] < 0:
+                    new[bt] = size
+                    order[size] = bt
+                    size += 1
+    out = np.full((size, k), -1, np.int32)  # blocks unreachable from the start are dropped
+    out_acc = np.zeros(size, np.bool_)
+    for i in range(size):
+        r = reps[order[i]]
+        out_acc[i] = acc[r]
+        for c in range(k):
+            t = tt[r, c]
+            if t >= 0:
+                out[i, c] = new[block[t]]
+    return out, out_acc
 
 
 def _finish(table: np.ndarray, accepting: np.ndarray, start: int, byte_to_class: np.ndarray) -> ByteDFA:
     """Class-level DFA (any states) -> trimmed, minimal, canonically numbered ByteDFA."""
     if start < 0 or table.shape[0] == 0:
         return _empty_dfa()
-    co = _coaccessible(table, accepting)
-    if not co[start]:
-        return _empty_dfa()
-    if not co.all():
-        keep = np.nonzero(co)[0]
-        remap = np.full(table.shape[0] + 1, DEAD, dtype=np.int32)  # remap[-1] stays -1
-        remap[keep] = np.arange(len(keep), dtype=np.int32)
-        table = remap[table[keep]]
-        accepting = accepting[keep]
-        start = int(remap[start])
-    if table.shape[0] <= MINIMIZE_MAX_STATES:
-        nb, block_of = _minimize(table, accepting)
-    else:  # trimmed is enough for correctness; minimising only improves cache sharing
-        nb, block_of = table.shape[0], list(range(table.shape[0]))
-    block = np.append(np.asarray(block_of, dtype=np.int32), np.int32(DEAD))  # block[-1] == -1
-    reps = np.full(nb, 0, dtype=np.intp)
-    reps[block[:-1]] = np.arange(table.shape[0])
-    qt = block[table[reps]]
-    qacc = accepting[reps]
-    qstart = int(block[start])
-
-    # canonical BFS over bytes 0..255: visit classes in order of their first byte
-    k = qt.shape[1]
-    first_byte = np.full(k, 256, dtype=np.intp)
+    k = table.shape[1]
+    first_byte = np.full(k, 256, dtype=np.int64)
     np.minimum.at(first_byte, byte_to_class, np.arange(256))
-    corder = np.argsort(first_byte, kind="stable")
-    perm = qt[:, corder]
-    rq, rc = np.nonzero(perm >= 0)
-    tg = perm[rq, rc].tolist()
-    rb = np.searchsorted(rq, np.arange(nb + 1)).tolist()
-    new = [DEAD] * nb
-    new[qstart] = 0
-    order = [qstart]
-    for q in order:
-        for t in tg[rb[q] : rb[q + 1]]:
-            if new[t] < 0:
-                new[t] = len(order)
-                order.append(t)
-    newa = np.array(new + [DEAD], dtype=np.int32)
-    oa = np.array(order, dtype=np.intp)
-    ct = newa[qt[oa]]
-    full = np.ascontiguousarray(ct[:, byte_to_class], dtype=np.int32)
-    acc = np.ascontiguousarray(qacc[oa], dtype=bool)
+    corder = np.argsort(first_byte, kind="stable").astype(np.int64)
+    ct, acc = _reduce(np.ascontiguousarray(table, dtype=np.int32), np.ascontiguousarray(accepting, dtype=np.bool_),
+                      int(start), corder)
+    if ct.shape[0] == 0:
+        return _empty_dfa()
+    full = np.ascontiguousarray(ct[:, byte_to_class])
     full.setflags(write=False)  # fresh arrays: freeze them here so ByteDFA need not copy
     acc.setflags(write=False)
     return ByteDFA(full, acc, 0)
@@ -693,16 +690,20 @@ def _finish(table: np.ndarray, accepting: np.ndarray, start: int, byte_to_class:
 # public API
 
 
-def compile_regular(expr: Expr, limits: Limits = Limits()) -> ByteDFA:
+def compile_regular(expr: Expr, limits: Limits = Limits(), sub: Callable[[Expr], ByteDFA] | None = None) -> ByteDFA:
     """Compile a regular IR expression (no ``Ref``) to its minimal, trimmed byte DFA.
 
     ``Chars`` match one code point encoded as UTF-8 (only valid, shortest-form encodings).
     Raises ``UnsupportedGrammarError`` (a ``ValueError``) on ``Ref`` and ``LimitExceeded`` when the
     NFA exceeds ``limits.max_nfa_states`` or the DFA ``limits.max_dfa_states``.
     ``ByteDFA`` values may also appear inside the expression tree as pre-compiled pieces.
+
+    ``sub`` (a memoised ``compile_regular``, as ``Compiler`` passes) compiles the repetitions
+    below the root: the flexible whitespace or string body that recurs in every terminal of a
+    grammar is then determinised once and embedded as a small DFA, not unrolled again.
     """
-    nfa = _NFA(limits)
-    start, final = nfa.build(expr)
+    nfa = _NFA(limits, sub)
+    start, final = nfa.build(expr, root=True)
     table, accepting, b2c = _determinize(nfa, start, final, limits.max_dfa_states)
     return _finish(table, accepting, 0, b2c)
 
@@ -748,24 +749,44 @@ def concat(a: ByteDFA, b: ByteDFA, limits: Limits = Limits()) -> ByteDFA:
 
 
 def intersect(a: ByteDFA, b: ByteDFA, limits: Limits = Limits()) -> ByteDFA:
-    """The intersection of two DFA languages (canonical; minimal up to ``MINIMIZE_MAX_STATES``).
+    """The intersection of two DFA languages (minimal, canonical).
 
-    Built as the reachable product.
-
-    The product runs over the joint byte classes of both tables, one BFS layer at a time.
-    Raises ``LimitExceeded`` when more than ``limits.max_dfa_states`` pairs are reachable.
+    Built as the reachable product, one BFS layer at a time over the joint byte classes of
+    both tables. Raises ``LimitExceeded`` when more than ``limits.max_dfa_states`` pairs are
+    reachable.
     """
     if a.is_empty_language or b.is_empty_language:
         return _empty_dfa()
-    ca, ba = _byte_classes(a.table)
+    return _product(a, b, False, limits)
+
+
+def difference(a: ByteDFA, b: ByteDFA, limits: Limits = Limits()) -> ByteDFA:
+    """The strings of ``a`` that are not in ``b`` (minimal, canonical).
+
+    The reachable product with ``b`` completed by a sink state, so once ``b`` dies the product
+    follows ``a`` alone: "every JSON string except these keys" costs the size of the keys' trie
+    plus the size of ``a``, where a complement written as an expression costs their product.
+    """
+    if a.is_empty_language or b.is_empty_language:
+        return a
+    return _product(a, b, True, limits)
+
+
+def _product(a: ByteDFA, b: ByteDFA, minus: bool, limits: Limits) -> ByteDFA:
+    """Reachable product of ``a`` and ``b``: accepting where both accept (``minus``: ``a`` but not ``b``)."""
+    _, ba = _byte_classes(a.table)
     _, bb = _byte_classes(b.table)
     _, reps, b2c = np.unique(ba * 256 + bb, return_index=True, return_inverse=True)
     b2c = b2c.reshape(-1)
-    del ca
     ta = a.table[:, reps]
     tb = b.table[:, reps]
+    b_accepting = np.asarray(b.accepting, dtype=bool)
+    if minus:  # complete b: its dead state becomes a sink that never accepts
+        sink = b.n_states
+        tb = np.vstack([np.where(tb < 0, sink, tb), np.full((1, tb.shape[1]), sink, dtype=tb.dtype)])
+        b_accepting = np.append(b_accepting, False)
     k = len(reps)
-    nb = b.n_states
+    nb = tb.shape[0]
     index: dict[int, int] = {a.start * nb + b.start: 0}
     pa = [a.start]
     pb = [b.start]
@@ -791,7 +812,7 @@ def intersect(a: ByteDFA, b: ByteDFA, limits: Limits = Limits()) -> ByteDFA:
                     raise LimitExceeded(
                         "max_dfa_states",
                         limits.max_dfa_states,
-                        f"the intersection of two DFAs needs more than max_dfa_states={limits.max_dfa_states} states",
+                        f"the product of two DFAs needs more than max_dfa_states={limits.max_dfa_states} states",
                     )
                 index[code] = d
                 pa.append(code // nb)
@@ -799,12 +820,13 @@ def intersect(a: ByteDFA, b: ByteDFA, limits: Limits = Limits()) -> ByteDFA:
             ids[i] = d
         rows.append(ids[inverse.reshape(codes.shape)])
     table = np.vstack(rows).reshape(len(pa), k)
-    accepting = a.accepting[np.asarray(pa)] & b.accepting[np.asarray(pb)]
+    in_b = b_accepting[np.asarray(pb)]
+    accepting = a.accepting[np.asarray(pa)] & (~in_b if minus else in_b)
     return _finish(table, accepting, 0, b2c)
 
 
 def minimize(dfa: ByteDFA) -> ByteDFA:
-    """The trimmed, canonically numbered DFA of ``dfa``'s language (minimal up to ``MINIMIZE_MAX_STATES``).
+    """The trimmed, canonically numbered DFA of ``dfa``'s language (minimal).
 
     For tables built directly (e.g. a residue counter) rather than by ``compile_regular``: the
     ``ByteDFA`` constructor checks shapes only, so such a table may have dead or equivalent states.

@@ -40,7 +40,7 @@ from typing import Collection, Iterable, Literal as TypingLiteral
 
 import numpy as np
 
-from grammars.automata.byte_dfa import DEAD, ByteDFA, compile_regular, minimize
+from grammars.automata.byte_dfa import DEAD, ByteDFA, compile_regular, difference, minimize
 from grammars.errors import LimitExceeded, UnsupportedGrammarError
 from grammars.ir import (
     EMPTY,
@@ -214,6 +214,7 @@ STRING_CHAR: Expr = encode_chars(ANY_CHAR)
 STRING_BODY: Expr = repeat(STRING_CHAR, 0, None)
 #: any JSON string token, quotes included
 STRING_TOKEN: Expr = seq([QUOTE, STRING_BODY, QUOTE])
+_STRING_TOKEN_DFA = compile_regular(STRING_TOKEN)
 
 
 def encode_value_language(expr: Expr, escapes: Escapes = "all") -> Expr:
@@ -308,9 +309,17 @@ def value_not_in(values: Iterable[str]) -> Expr:
 def string_not_in(values: Collection[str]) -> Expr:
     """Every JSON string token whose *value* is not in ``values``, in every encoding.
 
-    ``"\\u0061"`` decodes to ``"a"``, so it is excluded together with ``"a"``.
+    ``"\\u0061"`` decodes to ``"a"``, so it is excluded together with ``"a"``. Built as the
+    DFA difference "any string token minus the tokens of ``values``" and embedded in the IR as a
+    ``ByteDFA``: its size is the encodings' trie plus a string token, where the complement
+    written as an expression (``value_not_in``) determinises to their product.
     """
-    return string_token(encode_value_language(value_not_in(values)))
+    names = sorted({v for v in values if not any(0xD800 <= ord(c) <= 0xDFFF for c in v)})
+    if not names:
+        return STRING_TOKEN
+    excluded = compile_regular(alt(json_string_value(v) for v in names))
+    out = difference(_STRING_TOKEN_DFA, excluded)
+    return NOTHING if out.is_empty_language else out  # type: ignore[return-value]  # a ByteDFA inside the IR
 
 
 # ------------------------------------------------------------------------------------------
