@@ -23,20 +23,18 @@ Guarantees:
 * **Termination.** At most ``max_tokens`` steps per row, counted with EOS (like transformers'
   ``max_new_tokens``): a row that has produced ``max_tokens`` tokens without EOS ends with
   ``"length"``. Forced tokens count against the budget too.
-* **Budget-aware closing.** Once the remaining budget is within ``closing_horizon`` tokens
-  (default 32), each step asks a ``ClosingPlanner`` for an achievable upper bound ``U`` on the
-  tokens (EOS included) needed to finish. While ``U <= remaining`` the loop only accepts a
-  sampled token after which a completion still fits (``U(after) <= remaining - 1``): rejected
-  tokens get ``-inf`` and the sampler draws again — rejection sampling from the distribution
-  renormalised over the tokens that fit; after ``max_rejections`` rejections it takes the first
-  token of the planner's completion. That token always fits, so once ``U`` fits the row closes
-  in time: a length-limited value comes back complete whenever a completion fitting the budget
-  was found. When none fits (an impossible budget) the row runs unchanged to ``"length"``.
-  Cost: the planner's bounded search runs for states it has not seen, except where the previous
-  completion still fits with room to spare (the hint; see ``ClosingPlanner.completion``). The
-  guarantee holds from the first step inside the horizon at which ``U`` fits; a generation whose
-  shortest completion already exceeds the horizon when it enters it (very deep nesting) is not
-  steered.
+* **Budget-aware closing.** Each step (or, with ``closing_horizon=N``, each step once the
+  remaining budget is within ``N`` tokens) asks a ``ClosingPlanner`` for ``U``: the tokens (EOS
+  included) of the shortest completion from the row's state (``Matcher.shortest_completion``:
+  the fewest bytes that finish, in the fewest tokens — achievable, exact for byte vocabularies).
+  While ``U <= remaining`` the loop only accepts a sampled token after which a completion still
+  fits (``U(after) <= remaining - 1``): rejected tokens get ``-inf`` and the sampler draws again
+  — rejection sampling from the distribution renormalised over the tokens that fit; after
+  ``max_rejections`` rejections it takes the first token of the planner's completion. That token
+  always fits, so once ``U`` fits the row closes in time: with the default (no horizon) a
+  length-limited value comes back complete whenever the start state's completion fits the
+  budget. When none fits (an impossible budget) the row runs unchanged to ``"length"``. Cost:
+  one shortest-completion query per new state, cached per state by the planner.
 * **Forced tokens** (jump-forward): when ``Matcher.forced_tokens()`` is non-empty its tokens are
   appended without sampling. They are canonical by construction: each one is the *only* token
   the mask allows at its step, so every tokenization of every valid continuation starts with
@@ -87,8 +85,10 @@ class DecodeOptions:
     fast_forward: bool = True
     premask: bool = True
     budget_closing: bool = True
-    closing_horizon: int = 32
+    closing_horizon: int | None = None
     max_rejections: int = 16
+    #: Unconstrained rows never draw EOS and run to ``max_tokens`` (throughput baselines).
+    ignore_eos: bool = False
     #: When set, the loop draws from the premasked logits itself with these parameters — exactly
     #: what ``MaskedSampler(params)`` draws (same ops, same generator), without masking twice.
     direct_params: SamplingParams | None = None
@@ -98,7 +98,7 @@ class DecodeOptions:
             raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError(f"stop strings must be non-empty str, got {self.stop!r}")
-        if self.closing_horizon < 0 or self.max_rejections < 0:
+        if (self.closing_horizon is not None and self.closing_horizon < 0) or self.max_rejections < 0:
             raise ValueError("closing_horizon and max_rejections must be >= 0")
         if self.direct_params is not None and not self.premask:
             raise ValueError("direct_params needs premask=True (it samples the masked logits as they are)")
@@ -201,7 +201,6 @@ class _Row:
     first_token_s: float | None = None
     step_times: list[float] = field(default_factory=list)
     closing: tuple[int, ...] = ()  # the latest completion the planner found (budget-aware closing)
-    closing_text: bytes = b""  # its bytes, kept in step with the text as a hint for the next search
 
 
 def decode(
@@ -292,12 +291,21 @@ class _Loop:
                     stepping.append(row)
             if not stepping:
                 return
-            stepping = self._fill_masks(stepping, bitmask)
-            if not stepping:
-                continue
-            logits = self.lm.next_logits([row.prompt + row.tokens for row in stepping])
-            if self.opt.premask:
-                apply_token_bitmask_inplace(logits, torch.from_numpy(bitmask[: len(stepping)]))
+            if any(row.constrained for row in stepping):
+                stepping = self._fill_masks(stepping, bitmask)
+                if not stepping:
+                    continue
+                logits = self.lm.next_logits([row.prompt + row.tokens for row in stepping])
+                if self.opt.premask:
+                    apply_token_bitmask_inplace(logits, torch.from_numpy(bitmask[: len(stepping)]))
+            else:  # no grammar in the batch: no masks, just the padding columns (and EOS) out
+                logits = self.lm.next_logits([row.prompt + row.tokens for row in stepping])
+                if self.vocab.size < logits.shape[-1]:
+                    logits[:, self.vocab.size :] = float("-inf")
+            if self.opt.ignore_eos:
+                free = [k for k, row in enumerate(stepping) if not row.constrained]
+                if free:
+                    logits[torch.tensor(free)[:, None], torch.tensor(sorted(self.eos))[None, :]] = float("-inf")
             added = 0
             now = None
             for k, row in enumerate(stepping):
@@ -335,10 +343,10 @@ class _Loop:
     def _choose(self, row: _Row, logits: torch.Tensor) -> Draw:
         remaining = self.opt.max_tokens - len(row.tokens)
         steer = False
-        if self.planner is not None and row.constrained and remaining <= self.opt.closing_horizon:
-            found = self.planner.completion(row.matcher, hints=[row.closing_text], budget=remaining)
+        horizon = self.opt.closing_horizon
+        if self.planner is not None and row.constrained and (horizon is None or remaining <= horizon):
+            found = self.planner.completion(row.matcher)
             row.closing = found.tokens if found is not None else ()
-            row.closing_text = self.vocab.decode(row.closing)
             steer = found is not None and found.cost <= remaining
         if not steer:
             return self._draw(row, logits)
@@ -375,8 +383,7 @@ class _Loop:
             return True  # let advance() report the sampler's mistake
         row.matcher.advance(token)
         try:
-            hints = _hints(row.closing_text, self.vocab.token_bytes[token])
-            found = self.planner.completion(row.matcher, hints=hints, budget=remaining - 1)
+            found = self.planner.completion(row.matcher)
         finally:
             row.matcher.rollback(1)
         return found is not None and found.cost <= remaining - 1
@@ -414,8 +421,6 @@ class _Loop:
         row.tokens.append(token)
         if row.closing[:1] == (token,):
             row.closing = row.closing[1:]  # still a completion from the new state
-        piece = self.vocab.token_bytes[token] if token < self.vocab.size else b""
-        row.closing_text = _hints(row.closing_text, piece)[0]
         row.text += self.vocab.token_bytes[token] if token < self.vocab.size else b""
         if self.stop:
             start = max(0, before - self.longest_stop + 1)
@@ -428,11 +433,3 @@ class _Loop:
         row.finish = reason
         row.run.finish(list(row.tokens), completed=reason == "stop")
 
-
-def _hints(closing: bytes, piece: bytes) -> list[bytes]:
-    """Likely completions after appending ``piece`` to a text that ``closing`` would complete:
-    the rest of ``closing`` when ``piece`` starts it, and ``closing`` itself (a letter added
-    inside a string leaves it valid)."""
-    if piece and closing.startswith(piece):
-        return [closing[len(piece) :], closing]
-    return [closing]

@@ -137,6 +137,7 @@ def generate(
     chat_template: bool = False,
     fast_forward: bool | None = None,
     budget_closing: bool = True,
+    ignore_eos: bool = False,
     device: str | torch.device | None = None,
     dtype: torch.dtype | str | None = None,
 ) -> GenerationResult:
@@ -160,7 +161,9 @@ def generate(
     policy (``"compact"`` or ``"flexible"``), schema only. ``chat_template``: wrap the prompt as
     one user message with the tokenizer's chat template. ``fast_forward``: append forced tokens
     without sampling (default: on for the masked sampler). ``budget_closing``: steer to close
-    the constraint before ``max_tokens`` runs out (see ``engine.decoding``).
+    the constraint before ``max_tokens`` runs out (see ``engine.decoding``). ``ignore_eos``:
+    unconstrained generations never end on EOS and produce exactly ``max_tokens`` tokens (for
+    throughput baselines); constrained ones are unaffected, their grammar decides the end.
 
     Raises ``ValueError``/``TypeError`` for bad arguments (the message says how to fix them),
     and corral's typed errors (``grammars.GrammarError`` and subclasses, ``VocabularyError``)
@@ -185,6 +188,7 @@ def generate(
         chat_template=chat_template,
         fast_forward=fast_forward,
         budget_closing=budget_closing,
+        ignore_eos=ignore_eos,
         device=device,
         dtype=dtype,
     )[0]
@@ -210,6 +214,7 @@ def generate_batch(
     chat_template: bool = False,
     fast_forward: bool | None = None,
     budget_closing: bool = True,
+    ignore_eos: bool = False,
     device: str | torch.device | None = None,
     dtype: torch.dtype | str | None = None,
     progress: bool = False,
@@ -246,6 +251,8 @@ def generate_batch(
 
     t0 = time.perf_counter()
     compiled = _compile(compiler, vocab, schema=schema, regex=regex, grammar=grammar, whitespace=whitespace)
+    if compiled is not None and budget_closing:
+        compiled.matcher().shortest_completion()  # builds the grammar's closing tables: compile work
     compile_s = time.perf_counter() - t0 if compiled is not None else 0.0
 
     prompt_ids = [_encode_prompt(p, vocab, chat_template) for p in prompts]
@@ -270,6 +277,7 @@ def generate_batch(
         fast_forward=masked if fast_forward is None else bool(fast_forward),
         premask=masked,
         budget_closing=budget_closing,
+        ignore_eos=ignore_eos,
         direct_params=resolved.params if type(resolved) is MaskedSampler else None,
     )
     matchers = [new_matcher() for _ in prompts]

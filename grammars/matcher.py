@@ -7,17 +7,24 @@ different threads at once.
 
 Errors: user-level misuse raises ``MatchError`` subclasses (``TokenRejected``, ``RollbackError``);
 methods that answer questions (``allows``, ``try_advance``) never raise for a bad token.
+
+``shortest_completion`` answers "how do I finish from here, in as few bytes as possible" exactly,
+from the grammar's structure rather than by searching texts; see ``_CompletionTables``.
 """
 
 from __future__ import annotations
 
+import heapq
+import weakref
+from itertools import count
 from typing import Sequence
 
 import numpy as np
 
+from grammars.automata.cfg import is_terminal, terminal_index
 from grammars.bitmask import bit_is_set
-from grammars.errors import RollbackError, TokenRejected
-from grammars.runtime import ACCEPT, GrammarRuntime, MatchState
+from grammars.errors import LimitExceeded, RollbackError, TokenRejected
+from grammars.runtime import ACCEPT, BoundedCache, GrammarRuntime, MatchState
 
 __all__ = ["Matcher"]
 
@@ -109,6 +116,26 @@ class Matcher:
             probe.advance(token)
         return forced
 
+    def shortest_completion_text(self) -> bytes | None:
+        """The shortest byte string after which the matcher accepts (``b""`` when it accepts now).
+
+        Exact: no shorter text leads to an accepting state. ``None`` when no text does (EOS was
+        consumed) or a parser limit was hit. Cached per state; does not change the matcher.
+        """
+        found = self._completion()
+        return None if found is None else found[0]
+
+    def shortest_completion(self) -> tuple[int, ...] | None:
+        """Tokens that bring the matcher to an accepting state (EOS not included), or ``None``.
+
+        They spell ``shortest_completion_text()`` — the fewest bytes that finish — in the fewest
+        vocabulary tokens (special tokens never used), each allowed in turn. So the length is an
+        achievable upper bound on the true token minimum, exact for a byte-level vocabulary: a
+        longer text could in principle take fewer, longer tokens. Cached per state.
+        """
+        found = self._completion()
+        return None if found is None else found[1]
+
     # --- mutations ---------------------------------------------------------------------------
 
     def advance(self, token: int) -> None:
@@ -146,6 +173,14 @@ class Matcher:
 
     # --- internals ---------------------------------------------------------------------------
 
+    def _completion(self) -> tuple[bytes, tuple[int, ...]] | None:
+        state = self._history[-1]
+        if ACCEPT in state:
+            return b"", ()
+        if not state:
+            return None
+        return _CompletionTables.of(self._rt).completion(state, self._text_ok)
+
     def _next_state(self, token: int) -> MatchState | None:
         state = self._history[-1]
         if not state:
@@ -159,3 +194,347 @@ class Matcher:
 
     def __repr__(self) -> str:
         return f"Matcher(consumed={self.num_consumed}, configurations={len(self._history[-1])})"
+
+
+# --- shortest completions ---------------------------------------------------------------------
+
+#: Byte preference among equally short completions: closing characters, digits, then letters,
+#: so completions read naturally ("0", '""', "}"); every choice has the same length.
+_BYTE_ORDER = np.array(
+    list(b'"}]),:0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ -_.')
+    + [b for b in range(32, 127) if b not in b'"}]),:0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ -_.']
+    + list(range(128, 256)) + list(range(32)) + [127],
+    dtype=np.int64,
+)
+_INF = float("inf")
+_GOAL = object()
+
+
+class _CompletionTables:
+    """Shortest completions for one grammar runtime, from the grammar's structure.
+
+    Why not search texts: where any JSON value may go the number of distinct prefixes grows
+    exponentially with their length, so a byte-level search drowns exactly where closing matters.
+    The structure gives the answer directly:
+
+    * every terminal DFA state has a shortest way to acceptance (BFS over its table);
+    * every nonterminal has a minimal yield (Knuth's generalisation of Dijkstra over productions);
+    * a parser stack finishes by completing one of its top state's *kernel* items
+      ``A -> α . β`` (|α| >= 1): cost ``minyield(β)``, after which the stack is the one |α| levels
+      down with ``goto(·, A)`` pushed. Closure items are never cheaper than the kernel item that
+      put them there, and the root finishes with ``minyield(start)``. These moves never make a
+      stack deeper, so a Dijkstra over stacks from any stack visits few nodes.
+
+    A matcher state is a set of configurations ``(stack, terminal, dfa_state)``: finishing the
+    lexeme costs the DFA distance, then the stacks that shift the terminal take over. The texts
+    concatenate the chosen lexemes and yields; the runtime follows every parse at once, so the
+    text reaches an accepting state. Built lazily, one per runtime (weakly keyed), shared by
+    all its matchers; answers are memoised per stack and per match state.
+    """
+
+    _by_runtime: "weakref.WeakKeyDictionary[GrammarRuntime, _CompletionTables]" = weakref.WeakKeyDictionary()
+    _pieces_by_vocab: dict[int, tuple[object, object, dict[bytes, int], int]] = {}
+
+    @classmethod
+    def of(cls, runtime: GrammarRuntime) -> "_CompletionTables":
+        tables = cls._by_runtime.get(runtime)
+        if tables is None:
+            tables = cls._by_runtime[runtime] = cls(runtime)
+        return tables
+
+    def __init__(self, runtime: GrammarRuntime):
+        self.rt = runtime
+        self.parser = runtime.parser
+        self.lr = runtime.parser.lr
+        self.dfas = runtime.dfas
+        self._lexeme: dict[tuple[int, int], bytes] = {}
+        self._moves: dict[int, list[tuple[int, int, int]]] = {}
+        self._suffix: dict[tuple[int, int], int] = {}
+        self._yields: dict[int, bytes] = {}
+        self._stacks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._states = BoundedCache(4096)
+        self._nt_cost: list[float] = []
+        self._nt_best: list[int] = []
+        if self.lr is not None:
+            self._min_yields()
+
+    # --- per match state -----------------------------------------------------------------------
+
+    def completion(self, state: MatchState, text_ok: np.ndarray) -> tuple[bytes, tuple[int, ...]] | None:
+        hit = self._states.get(state)
+        if hit is not None:
+            return hit[0]
+        try:
+            text = self._shortest_text(state)
+        except LimitExceeded:
+            text = None
+        result = None if text is None else (text, self._tokenize(state, text, text_ok))
+        if result is not None and result[1] is None:
+            result = None  # a byte the vocabulary cannot spell
+        self._states.put(state, (result,))
+        return result
+
+    def _shortest_text(self, state: MatchState) -> bytes | None:
+        if self.lr is None:
+            return None
+        options: dict[tuple[object, int], tuple[int, int]] = {}  # (stack, terminal) -> (bytes to end it, dfa state)
+        for stack, t, s in state:
+            d = len(self._lexeme_from(t, s))
+            key = (stack, t)
+            if key not in options or d < options[key][0]:
+                options[key] = (d, s)
+        best, chosen = _INF, None
+        for (stack, t), (d, s) in sorted(options.items(), key=lambda kv: kv[1][0]):
+            if d >= best:
+                break
+            for nxt in self.parser.shift(stack, t):
+                found = self._stack_completion(nxt)
+                if found is not None and d + found[0] < best:
+                    best, chosen = d + found[0], (t, s, found[1])
+        if chosen is None:
+            return None
+        t, s, rest = chosen
+        return self._lexeme_from(t, s) + rest
+
+    # --- stacks --------------------------------------------------------------------------------
+
+    def _stack_completion(self, start) -> tuple[int, bytes] | None:
+        """(cost, text) to accept from a stack that has just shifted a terminal; memoised."""
+        if start in self._stacks:
+            return self._stacks[start]
+        order = count()
+        best = {start: 0}
+        back: dict = {start: None}  # node -> (previous node, production, dot)
+        heap: list = [(0, next(order), start, None)]
+        result = None
+        while heap:
+            cost, _, node, via = heapq.heappop(heap)
+            if node is _GOAL:
+                result = self._reconstruct(via, back)
+                break
+            if cost > best[node]:
+                continue
+            if node is not start and node in self._stacks:  # solved before: jump to the goal
+                known = self._stacks[node]
+                if known is not None:
+                    heapq.heappush(heap, (cost + known[0], next(order), _GOAL, (node, None, known[1])))
+                continue
+            for step, p, dot, target in self._node_moves(node):
+                total = cost + step
+                if target is _GOAL:
+                    heapq.heappush(heap, (total, next(order), _GOAL, (node, (p, dot), b"")))
+                elif total < best.get(target, _INF):
+                    best[target] = total
+                    back[target] = (node, p, dot)
+                    heapq.heappush(heap, (total, next(order), target, None))
+        self._stacks[start] = result
+        return result
+
+    def _node_moves(self, node):
+        """(cost, production, dot, target stack or _GOAL) for each way to finish an item of ``node``."""
+        lr = self.lr
+        if node.parent is None:  # the root: derive the start symbol
+            yield int(self._nt_cost[self.parser.cfg.start]), lr.augmented, 0, _GOAL
+            return
+        for step, p, dot in self._state_moves(node.state):
+            if p == lr.augmented:
+                yield step, p, dot, _GOAL
+                continue
+            base = node
+            for _ in range(dot):
+                base = base.parent
+            if lr.lhs[p] in lr.state(base.state).shifts:  # always, for a stack the parser built
+                yield step, p, dot, self.parser.push(base, lr.goto(base.state, lr.lhs[p]))
+
+    def _state_moves(self, q: int) -> list[tuple[int, int, int]]:
+        """(minyield of the rest, production, dot) for every item of LR state ``q`` with dot >= 1."""
+        moves = self._moves.get(q)
+        if moves is None:
+            lr = self.lr
+            st = lr.state(q)
+            items = {(p, d - 1) for kernel in st.shifts.values() for p, d in kernel if d >= 2}
+            items.update((p, len(lr.rhs[p])) for p in st.reductions)
+            if st.accepts:
+                items.add((lr.augmented, 1))
+            moves = sorted((self._suffix_cost(p, d), p, d) for p, d in items)
+            self._moves[q] = moves
+        return moves
+
+    def _reconstruct(self, via, back) -> tuple[int, bytes]:
+        """The text from the start to the goal; every node on the way gets its (optimal) suffix."""
+        node, move, tail = via
+        suffix = (self._suffix_text(*move) if move is not None else b"") + tail
+        while True:
+            if node not in self._stacks:
+                self._stacks[node] = (len(suffix), suffix)
+            entry = back[node]
+            if entry is None:
+                return len(suffix), suffix
+            node, p, dot = entry
+            suffix = self._suffix_text(p, dot) + suffix
+
+    # --- yields --------------------------------------------------------------------------------
+
+    def _min_yields(self) -> None:
+        """Minimal yield length and a production achieving it for every nonterminal (Knuth 1977)."""
+        cfg = self.parser.cfg
+        n = len(cfg.nonterminal_names)
+        lhs, rhs = self.lr.lhs, self.lr.rhs
+        cost = [_INF] * n
+        best = [-1] * n
+        waiting = []
+        partial = []
+        users: dict[int, list[int]] = {}
+        heap: list = []
+        for p in range(len(cfg.productions)):
+            base = 0
+            nts = 0
+            for sym in rhs[p]:
+                if is_terminal(sym):
+                    base += self._min_lexeme(terminal_index(sym))
+                else:
+                    nts += 1
+                    users.setdefault(sym, []).append(p)
+            waiting.append(nts)
+            partial.append(base)
+            if nts == 0:
+                heapq.heappush(heap, (base, p))
+        while heap:
+            c, p = heapq.heappop(heap)
+            a = lhs[p]
+            if cost[a] != _INF:
+                continue
+            cost[a], best[a] = c, p
+            for q in users.get(a, ()):
+                partial[q] += c
+                waiting[q] -= 1
+                if waiting[q] == 0:
+                    heapq.heappush(heap, (partial[q], q))
+        self._nt_cost, self._nt_best = cost, best
+
+    def _symbol_cost(self, sym: int) -> int:
+        return self._min_lexeme(terminal_index(sym)) if is_terminal(sym) else int(self._nt_cost[sym])
+
+    def _suffix_cost(self, p: int, dot: int) -> int:
+        key = (p, dot)
+        c = self._suffix.get(key)
+        if c is None:
+            c = self._suffix[key] = sum(self._symbol_cost(sym) for sym in self.lr.rhs[p][dot:])
+        return c
+
+    def _suffix_text(self, p: int, dot: int) -> bytes:
+        return b"".join(self._yield(sym) for sym in self.lr.rhs[p][dot:])
+
+    def _yield(self, sym: int) -> bytes:
+        """A shortest text of ``sym``; iterative, since derivations may nest deeply."""
+        if is_terminal(sym):
+            t = terminal_index(sym)
+            return self._lexeme_from(t, self.dfas[t].start)
+        done = self._yields
+        stack = [sym]
+        while stack:
+            a = stack[-1]
+            if a in done:
+                stack.pop()
+                continue
+            missing = [s for s in self.lr.rhs[self._nt_best[a]] if not is_terminal(s) and s not in done]
+            if missing:
+                stack.extend(missing)  # Knuth's order makes the best derivations acyclic
+                continue
+            done[a] = b"".join(self._yield(s) if is_terminal(s) else done[s] for s in self.lr.rhs[self._nt_best[a]])
+            stack.pop()
+        return done[sym]
+
+    # --- terminals -----------------------------------------------------------------------------
+
+    def _min_lexeme(self, t: int) -> int:
+        return len(self._lexeme_from(t, self.dfas[t].start))
+
+    def _lexeme_from(self, t: int, s: int) -> bytes:
+        """A shortest byte string from state ``s`` of terminal ``t``'s DFA to acceptance.
+
+        Forward breadth-first search, one vectorised level at a time, stopping at the first level
+        that holds an accepting state: lexemes are short where closing happens, while the DFAs of
+        long strings or big enums have tens of thousands of states. Ties go to the earlier byte of
+        ``_BYTE_ORDER``.
+        """
+        key = (t, s)
+        text = self._lexeme.get(key)
+        if text is not None:
+            return text
+        dfa = self.dfas[t]
+        table = np.asarray(dfa.table)
+        accepting = np.asarray(dfa.accepting)
+        parents: dict[int, tuple[int, int]] = {}
+        frontier = np.array([s], dtype=np.int64)
+        seen = np.zeros(table.shape[0], dtype=bool)
+        seen[s] = True
+        while True:
+            hits = frontier[accepting[frontier]]
+            if hits.size:
+                cur = int(hits[0])
+                out = bytearray()
+                while cur != s:
+                    cur, byte = parents[cur]
+                    out.append(byte)
+                text = self._lexeme[key] = bytes(reversed(out))
+                return text
+            rows = table[frontier][:, _BYTE_ORDER]  # [frontier, 256], bytes in preference order
+            flat = rows.ravel()
+            valid = np.flatnonzero(flat >= 0)
+            targets, first = np.unique(flat[valid], return_index=True)
+            fresh = ~seen[targets]
+            targets, first = targets[fresh], valid[first[fresh]]
+            if not targets.size:  # pragma: no cover - trimmed DFAs always reach acceptance
+                raise LimitExceeded("dfa_completion", 0)
+            order = np.argsort(first, kind="stable")  # keep preference order in the next frontier
+            targets, first = targets[order], first[order]
+            seen[targets] = True
+            for v, idx in zip(targets.tolist(), first.tolist()):
+                parents[v] = (int(frontier[idx // 256]), int(_BYTE_ORDER[idx % 256]))
+            frontier = targets
+
+    # --- tokens --------------------------------------------------------------------------------
+
+    def _tokenize(self, state: MatchState, text: bytes, text_ok: np.ndarray) -> tuple[int, ...] | None:
+        """Fewest text tokens spelling ``text`` (dynamic programming over byte positions).
+
+        A token is allowed wherever its bytes continue the text: the state after a byte string
+        does not depend on how it is split into tokens.
+        """
+        pieces, longest = self._pieces(text_ok)
+        n = len(text)
+        fewest = [0] + [1 << 60] * n
+        choice = [-1] * (n + 1)
+        for i in range(n):
+            if fewest[i] >= 1 << 60:
+                continue
+            for j in range(i + 1, min(n, i + longest) + 1):
+                token = pieces.get(text[i:j])
+                if token is not None and fewest[i] + 1 < fewest[j]:
+                    fewest[j] = fewest[i] + 1
+                    choice[j] = token
+        if n and choice[n] < 0:
+            return None
+        tokens = []
+        j = n
+        while j > 0:
+            token = choice[j]
+            tokens.append(token)
+            j -= len(self.rt.token_bytes[token])
+        return tuple(reversed(tokens))
+
+    def _pieces(self, text_ok: np.ndarray) -> tuple[dict[bytes, int], int]:
+        """bytes -> first text token spelling them, shared by every grammar of a vocabulary."""
+        token_bytes = self.rt.token_bytes
+        key = id(text_ok)
+        hit = self._pieces_by_vocab.get(key)
+        if hit is None or hit[0] is not text_ok or hit[1] is not token_bytes:
+            pieces: dict[bytes, int] = {}
+            for tid in np.flatnonzero(text_ok[: len(token_bytes)]).tolist():
+                pieces.setdefault(token_bytes[tid], tid)
+            longest = max(map(len, pieces), default=1)
+            if len(self._pieces_by_vocab) > 8:
+                self._pieces_by_vocab.clear()
+            hit = self._pieces_by_vocab[key] = (text_ok, token_bytes, pieces, longest)
+        return hit[2], hit[3]
