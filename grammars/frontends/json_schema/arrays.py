@@ -8,7 +8,7 @@ and what applies after it); element ``i`` must satisfy, for every rule, the rule
 
 ``contains`` (``minContains``..``maxContains`` elements match) is an automaton over (index,
 matches so far), see ``_contains_body``; ``maxContains`` needs ``not contains`` (``negate``),
-several ``contains`` in one conjunction are unsupported. ``uniqueItems: true`` is not
+several ``contains`` in one conjunction are counted together (up to ``MAX_CONTAINS``). ``uniqueItems: true`` is not
 context-free in general and is unsupported unless at most one element is possible.
 """
 
@@ -29,6 +29,10 @@ __all__ = ["ARRAY_KEYWORDS", "ItemRule", "ArrayRules", "apply_array_keywords", "
 ARRAY_KEYWORDS = frozenset(
     {"items", "prefixItems", "additionalItems", "minItems", "maxItems", "contains", "minContains", "maxContains", "uniqueItems"}
 )
+
+
+#: ``contains`` schemas counted together in one array (elements claim subsets of them)
+MAX_CONTAINS = 3
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,7 @@ def array_expr(c: "SchemaCompiler", conj: "Conjunction") -> Expr:
         return NOTHING
     if rules.unique and (high is None or high > 1):
         c.unsupported("uniqueItems", rules.where, "uniqueItems with more than one possible element is not context-free")
-    contains = [(loc, lo, hi) for loc, lo, hi in rules.contains if lo > 0 or hi is not None]
+    contains = _merged_contains(rules.contains)
     if contains:
         body = _contains_body(c, rules, positions, rest_parts, rest, contains, low, high)
         if body is not None:
@@ -153,60 +157,83 @@ def array_expr(c: "SchemaCompiler", conj: "Conjunction") -> Expr:
     return lay.array(body)
 
 
-def _contains_body(c, rules, positions, rest_parts, rest, contains, low, high) -> Expr | None:
-    """Elements counted by one ``contains``: a right-recursive automaton over (index, matches).
+def _merged_contains(entries: list) -> list:
+    """Constraining ``contains`` entries, one per schema (a negation's ``{"corral:all": [S]}`` is
+    ``S``): the count ranges of one schema intersect."""
+    merged: dict[str, list] = {}
+    for loc, lo, hi in entries:
+        node = loc.node
+        if isinstance(node, dict) and list(node) == ["corral:all"] and len(node["corral:all"]) == 1:
+            loc = node["corral:all"][0]
+        if loc.pointer in merged:
+            entry = merged[loc.pointer]
+            entry[1] = max(entry[1], lo)
+            entry[2] = hi if entry[2] is None else entry[2] if hi is None else min(entry[2], hi)
+        else:
+            merged[loc.pointer] = [loc, lo, hi]
+    return [tuple(e) for e in merged.values() if e[1] > 0 or e[2] is not None]
 
-    Element ``i`` is either a *match* (its item schemas and ``contains``) or, when
-    ``maxContains`` bounds the count, a *non-match* (its item schemas and ``not contains``);
-    without ``maxContains`` a non-match is any element (counting fewer matches than there are
-    is harmless when only a minimum is asked), so no negation is needed. Indexes are tracked up
-    to the prefix length, ``minItems`` and ``maxItems``; counts up to ``minContains`` (or
-    ``maxContains`` + 1). None (after reporting) when unsupported."""
+
+def _contains_body(c, rules, positions, rest_parts, rest, contains, low, high) -> Expr | None:
+    """Elements counted by each ``contains``: a right-recursive automaton over (index, counts).
+
+    Each element *claims* a set of the ``contains`` schemas it matches: its item schemas, the
+    claimed schemas, and ``not S`` for each unclaimed ``S`` that has a ``maxContains`` (an
+    element may leave a schema without a maximum unclaimed even if it matches: counting fewer
+    matches than there are is harmless when only a minimum is asked, so no negation is needed
+    there). Indexes are tracked up to the prefix length, ``minItems`` and ``maxItems``; each
+    count up to its ``minContains`` (or ``maxContains`` + 1)."""
     from grammars.frontends.json_schema.combinators import _synthetic
 
     lay = c.layout
-    if len(contains) > 1:
-        c.unsupported("contains", rules.where, "several contains in one conjunction")
-        return None
-    loc, k, most = contains[0]
-    if most is not None and k > most:
+    if any(most is not None and k > most for _, k, most in contains):
         return NOTHING
+    if len(contains) > MAX_CONTAINS:
+        c.unsupported("contains", rules.where, f"more than {MAX_CONTAINS} contains in one conjunction")
+        return None
     prefix = [[p for r in rules.item_rules if (p := r.at(i)) is not None] for i in range(len(positions))]
-    not_loc = _synthetic(loc, "not", {"corral:nots": [loc]}, ("not", loc)) if most is not None else None
+    negated = [_synthetic(loc, "not", {"corral:nots": [loc]}, ("not", loc)) if most is not None else None
+               for loc, _, most in contains]
+    caps = [most + 1 if most is not None else k for _, k, most in contains]
+    claims = [tuple(bool(mask >> j & 1) for j in range(len(contains))) for mask in range(1 << len(contains))]
+    cache: dict[tuple[int, tuple], Expr] = {}
 
-    def element(i: int, match: bool) -> Expr:
-        parts = prefix[i] if i < len(prefix) else rest_parts
-        if match:
-            return c.value([*parts, loc])
-        if not_loc is None:
-            return positions[i] if i < len(positions) else rest
-        return c.value([*parts, not_loc])
+    def element(i: int, claim: tuple) -> Expr:
+        key = (min(i, len(prefix)), claim)
+        if key not in cache:
+            parts = list(prefix[i] if i < len(prefix) else rest_parts)
+            for (loc, _, _), neg, claimed in zip(contains, negated, claim):
+                if claimed:
+                    parts.append(loc)
+                elif neg is not None:
+                    parts.append(neg)
+            cache[key] = c.value(parts) if parts else c.any_value()
+        return cache[key]
 
-    cap = most + 1 if most is not None else k
     last = high if high is not None else max(low, len(positions), 1)  # index at which the state saturates
-    names: dict[tuple[int, int], str] = {}
+    names: dict[tuple[int, tuple], str] = {}
 
-    def state(i: int, n: int) -> Expr:
-        key = (i, n)
+    def state(i: int, counts: tuple) -> Expr:
+        key = (i, counts)
         if key not in names:
-            names[key] = c._fresh(f"{rules.where}@contains{i}.{n}")
+            names[key] = c._fresh(f"{rules.where}@contains{i}.{'.'.join(map(str, counts))}")
             c.rules[names[key]] = NOTHING
-            c.rules[names[key]] = build(i, n)
+            c.rules[names[key]] = build(i, counts)
         return Ref(names[key])
 
-    def build(i: int, n: int) -> Expr:
+    def build(i: int, counts: tuple) -> Expr:
         options: list[Expr] = []
-        if i >= low and n >= k and (most is None or n <= most):
+        if i >= low and all(n >= k and (most is None or n <= most) for n, (_, k, most) in zip(counts, contains)):
             options.append(lay.end(i > 0))
         if high is None or i < high:
             after = min(i + 1, last) if high is None else i + 1
-            for match in (True, False):
-                m = min(n + 1, cap) if match else n
-                if most is not None and m > most:
+            for claim in claims:
+                new = tuple(min(n + 1, cap) if claimed else n for n, cap, claimed in zip(counts, caps, claim))
+                if any(most is not None and n > most for n, (_, _, most) in zip(new, contains)):
                     continue
-                item = element(i, match)
+                item = element(i, claim)
                 if item != NOTHING:
-                    options.append(seq([lay.sep(i > 0), item, state(after, m)]))
+                    options.append(seq([lay.sep(i > 0), item, state(after, new)]))
         return alt(options)
 
-    return state(0, 0)
+    return state(0, tuple(0 for _ in contains))

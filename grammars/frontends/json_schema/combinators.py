@@ -476,9 +476,18 @@ def negate(c: "SchemaCompiler", sub: Located) -> list[Located]:
                 if not _is_true(s):
                     inner = doc.child(sub, s, "properties", name)
                     pieces.append({"type": "object", "required": [name], "properties": {name: {"corral:nots": [inner]}}})
-        elif key == "items" and isinstance(value, (dict, bool)):
+        elif key == "items" and isinstance(value, (dict, bool)) and "prefixItems" not in node:
             if not _is_true(value):
                 pieces.append({"type": "array", "contains": {"corral:nots": [doc.child(sub, value, "items")]}})
+        elif key == "prefixItems" and isinstance(value, list) and "items" not in node:
+            for i, s in enumerate(value):  # some element i exists and fails its prefix schema
+                if not _is_true(s):
+                    inner = doc.child(sub, s, "prefixItems", str(i))
+                    pieces.append({"type": "array", "minItems": i + 1, "prefixItems": [True] * i + [{"corral:nots": [inner]}]})
+        elif key == "contains" and isinstance(value, (dict, bool)):
+            pieces.extend(_negate_contains(doc.child(sub, value, "contains"), node))
+        elif key in ("minContains", "maxContains") and "contains" in node:
+            continue
         elif key == "allOf":
             pieces.extend({"corral:nots": [doc.child(sub, s, "allOf", str(i))]} for i, s in enumerate(value))
         elif key == "anyOf":
@@ -513,6 +522,20 @@ def negate(c: "SchemaCompiler", sub: Located) -> list[Located]:
         else:
             out.append(_synthetic(sub, f"not{i}", piece, ("not", sub)))
     return out
+
+
+def _negate_contains(inner: Located, node: dict) -> list[dict]:
+    """Arrays whose count of elements matching ``inner`` is outside [minContains, maxContains]."""
+    low, high = node.get("minContains", 1), node.get("maxContains")
+    if not isinstance(low, (int, float)) or isinstance(low, bool) or (high is not None and (not isinstance(high, (int, float)) or isinstance(high, bool))):
+        raise GrammarError(f"malformed schema at {inner.where}: minContains/maxContains must be non-negative integers")
+    low, high = int(low), None if high is None else int(high)
+    pieces: list[dict] = []
+    if low > 0:
+        pieces.append({"type": "array", "contains": {"corral:all": [inner]}, "minContains": 0, "maxContains": low - 1})
+    if high is not None:
+        pieces.append({"type": "array", "contains": {"corral:all": [inner]}, "minContains": high + 1})
+    return pieces
 
 
 def _negate_type(types: frozenset, where: str) -> list[dict]:

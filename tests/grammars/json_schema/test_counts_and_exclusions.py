@@ -21,6 +21,13 @@ CONTAINS = {
     "prefix-items-max": {"prefixItems": [{"type": "integer"}], "items": {"type": "integer"}, "contains": {"const": 1},
                          "maxContains": 1, "minItems": 2},
     "items-and-max": {"contains": {"type": "string"}, "maxContains": 1, "items": {"enum": [1, "a"]}},
+    "two-contains": {"allOf": [{"contains": {"const": 1}}, {"contains": {"const": 2}, "maxContains": 1}]},
+    "three-contains": {"allOf": [{"contains": {"const": 1}, "minContains": 2}, {"contains": {"enum": [1, 2]}, "maxContains": 2},
+                                 {"contains": {"const": "a"}}]},
+    "not-contains": {"not": {"contains": {"const": 1}}},
+    "not-contains-range": {"not": {"contains": {"const": 1}, "minContains": 2, "maxContains": 3}},
+    "not-prefixItems": {"not": {"prefixItems": [{"const": 1}, {"type": "string"}]}},
+    "if-contains": {"if": {"contains": {"const": "a"}}, "then": {"maxItems": 2}, "else": {"contains": {"const": 2}}},
 }
 NUMBERS = [0, 1, 1.0, 0.5, 2, -1, 3, 2.5, 1.5, 0.9999999999999999, 1.0000000000000002, "a", None]
 EXCLUSIONS = {
@@ -46,10 +53,16 @@ def test_excluded_numbers_agree_with_jsonschema(checker, name):
     assert not checker.disagreements(EXCLUSIONS[name], NUMBERS)
 
 
-def test_several_contains_are_unsupported():
+def test_too_many_contains_are_unsupported():
     with pytest.raises(UnsupportedSchemaError) as info:
-        parse_json_schema({"items": {"allOf": [{"contains": {"const": 1}}, {"contains": {"const": 2}}]}})
+        parse_json_schema({"items": {"allOf": [{"contains": {"const": i}} for i in range(4)]}})
     assert info.value.keyword == "contains" and info.value.pointer.startswith("#/items")
+
+
+def test_not_prefix_items_with_items_is_unsupported():
+    with pytest.raises(UnsupportedSchemaError) as info:
+        parse_json_schema({"not": {"prefixItems": [{"const": 1}], "items": {"type": "string"}}})
+    assert info.value.pointer == "#/not"
 
 
 def test_max_contains_needs_a_negatable_contains():
