@@ -41,7 +41,7 @@ from grammars.errors import (
 )
 from grammars.frontends.json_schema import scalars
 from grammars.frontends.json_schema.document import Located, escape_token
-from grammars.frontends.json_schema.values import canonical
+from grammars.frontends.json_schema.values import canonical, json_type
 from grammars.frontends.regex import parse_regex
 from grammars.ir import NOTHING, Alt, Chars, Expr, Literal, Repeat, Seq
 
@@ -211,6 +211,8 @@ def apply_internal(c: "SchemaCompiler", conj: "Conjunction", part: Located, key:
     elif key == "corral:unsupported":
         for keyword, where, reason, types in value:
             conj.deferred.append((frozenset(types or ALL_TYPES), keyword, where, reason))
+    elif key == "corral:notInteger":
+        conj.not_integer = True
     elif key == "corral:any":
         _disjunction(conj, "anyOf", part.where, [tuple(branch) for branch in value])
     elif key in ("corral:unevaluatedProperties", "corral:unevaluatedItems"):
@@ -506,6 +508,8 @@ def negate(c: "SchemaCompiler", sub: Located) -> list[Located]:
             pieces.extend({"corral:nots": [s]} for s in value)
         elif key == "corral:notIn":
             pieces.append({"enum": list(value)})
+        elif key == "corral:notInteger":
+            pieces.append({"type": "integer"})
         elif key == "corral:notPattern":
             pieces.extend({"type": "string", "pattern": p} for p in value)
         elif key in scalars.STRING_KEYWORDS or key in scalars.NUMBER_KEYWORDS or key in _TYPE_OF_KEYWORD or key in (
@@ -542,8 +546,7 @@ def _negate_type(types: frozenset, where: str) -> list[dict]:
     rest = [t for t in ALL_TYPES if t not in types and not (t == "number" and "integer" in types)]
     pieces: list[dict] = [{"type": rest}] if rest else []
     if "integer" in types and "number" not in types:
-        reason = "'not' over type 'integer' needs non-integer numbers"
-        pieces.append({"type": "number", "corral:unsupported": [("not", where, reason, ["number"])]})
+        pieces.append({"type": "number", "corral:notInteger": True})
     return pieces
 
 
@@ -577,6 +580,8 @@ def evaluate(c: "SchemaCompiler", part: Located, value: Any) -> bool:
         if key == "corral:notPattern" and isinstance(value, str) and any(pattern_search(c, p, value, part.where) for p in arg):
             return False
         if key == "corral:any" and not any(all(evaluate(c, s, value) for s in branch) for branch in arg):
+            return False
+        if key == "corral:notInteger" and json_type(value) == "integer":
             return False
         # corral:unevaluated*: implied by the real schema holding the keyword, itself an atom
     return True

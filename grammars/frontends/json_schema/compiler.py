@@ -204,6 +204,7 @@ class Conjunction:
     atoms: list = field(default_factory=list)  # Located parts, for evaluating concrete values
     applied: set = field(default_factory=set)
     deferred: list = field(default_factory=list)  # (types, keyword, where, reason)
+    not_integer: bool = False  # numbers must have a fractional part ("not type integer")
 
     def copy(self) -> "Conjunction":
         return Conjunction(
@@ -221,6 +222,7 @@ class Conjunction:
             atoms=list(self.atoms),
             applied=set(self.applied),
             deferred=list(self.deferred),
+            not_integer=self.not_integer,
         )
 
     def restrict_types(self, types: frozenset) -> None:
@@ -619,7 +621,7 @@ class SchemaCompiler:
             branches += [Literal(t) for t, v in (("true", True), ("false", False)) if v not in gone]
         if "string" in conj.types:
             branches.append(self._string(conj, excluded.get("string", [])))
-        if "number" in conj.types or "integer" in conj.types:
+        if "number" in conj.types or ("integer" in conj.types and not conj.not_integer):
             branches.append(self._number(conj, excluded.get("number", [])))
         if "array" in conj.types:
             branches.append(arrays.array_expr(self, conj))
@@ -680,8 +682,18 @@ class SchemaCompiler:
             except Exception:  # a keyword jsonschema cannot evaluate: assume the value may be allowed
                 live.append(v)
         if live:
-            return alt(self._number_keywords(gap, conj.number_where, integer) for gap in _gaps(keywords, live, conj.number_where))
-        return self._number_keywords(keywords, conj.number_where, integer)
+            expr = alt(self._number_keywords(gap, conj.number_where, integer) for gap in _gaps(keywords, live, conj.number_where))
+        else:
+            expr = self._number_keywords(keywords, conj.number_where, integer)
+        if conj.not_integer and expr != NOTHING:
+            from grammars.automata.byte_dfa import compile_regular, intersect
+
+            from grammars.frontends.json_schema.numbers import non_integer_text
+
+            self.narrowed(f"{conj.number_where}: non-integer numbers are plain decimals of at most 15 significant digits")
+            dfa = intersect(compile_regular(expr), compile_regular(non_integer_text()))
+            expr = NOTHING if dfa.is_empty_language else dfa
+        return expr
 
     def _number_keywords(self, keywords: dict, where: str, integer: bool) -> Expr:
         """The scalars module's number expression; under ``lenient``, retried without what it rejects."""
@@ -774,7 +786,7 @@ def _unconstrained(conj: Conjunction) -> bool:
     """Nothing but pending disjunctions (and annotations) so far."""
     return (
         conj.types == ALL_TYPES and conj.enum is None and not conj.excluded and not conj.string
-        and not conj.not_patterns and not conj.number and not conj.deferred
+        and not conj.not_patterns and not conj.number and not conj.deferred and not conj.not_integer
         and conj.objects == objects.ObjectRules() and conj.arrays == arrays.ArrayRules()
     )
 

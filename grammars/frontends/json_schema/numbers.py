@@ -56,6 +56,7 @@ __all__ = [
     "integer_reading_bound",
     "multiple_of_dfa",
     "number_equal",
+    "non_integer_text",
     "MAX_BOUND_DIGITS",
     "SIGNIFICANT_DIGITS",
     "MIN_MAGNITUDE_EXPONENT",
@@ -598,3 +599,21 @@ def number_equal(value: Fraction, *, integer_texts: bool, float_texts: bool) -> 
     if mag == 0:
         return alt([body, seq([_SIGN, body])])
     return seq([_SIGN, body]) if negative else body
+
+
+#: significant digits a decimal text keeps through a round trip to a double (``DBL_DIG``)
+ROUND_TRIP_DIGITS = 15
+
+
+def non_integer_text() -> Expr:
+    """Plain decimal texts whose value is not an integer under any reading (exact value and
+    Python's ``float``): a nonzero fractional digit and at most ``ROUND_TRIP_DIGITS`` digits up
+    to the last nonzero one, so the double nearest the text is not an integer either (a double
+    that was would print back, with 15 digits, as that integer). A narrowing: longer texts and
+    exponent texts (``1.5e0``) with non-integer values are not accepted."""
+    out = []
+    frac = lambda n: seq([repeat(DIGIT, 0, n - 1), NONZERO_DIGIT, repeat(Literal("0"), 0, None)])  # noqa: E731
+    out.append(seq([Literal("0."), frac(ROUND_TRIP_DIGITS)]))
+    for width in range(1, ROUND_TRIP_DIGITS):
+        out.append(seq([NONZERO_DIGIT, repeat(DIGIT, width - 1, width - 1), Literal("."), frac(ROUND_TRIP_DIGITS - width)]))
+    return seq([repeat(Literal("-"), 0, 1), alt(out)])

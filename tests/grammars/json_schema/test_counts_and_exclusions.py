@@ -69,3 +69,23 @@ def test_max_contains_needs_a_negatable_contains():
     with pytest.raises(UnsupportedSchemaError) as info:
         parse_json_schema({"contains": {"type": "string", "format": "date"}, "maxContains": 1})
     assert info.value.pointer == "#/contains"
+
+
+NON_INTEGERS = {
+    "not-integer": {"not": {"type": "integer"}},
+    "not-integer-or-boolean": {"not": {"type": ["integer", "boolean"]}},
+    "bounded": {"type": "number", "not": {"type": "integer"}, "minimum": 1},
+    "oneOf-overlap": {"oneOf": [{"type": "integer"}, {"minimum": 2}]},
+    "nested": {"anyOf": [{"not": {"type": "integer"}}, {"type": "string"}]},
+}
+MIXED = [0, 1, 0.5, -0.5, 2.25, 1.5, 123456789012.5, 0.1, -3, 3, "a", None, True, [1]]
+
+
+@pytest.mark.parametrize("name", sorted(NON_INTEGERS))
+def test_non_integer_numbers_agree_with_jsonschema(checker, name):
+    assert not checker.disagreements(NON_INTEGERS[name], MIXED)
+
+
+@pytest.mark.parametrize("text", ["1.0", "1234567890123456.5", "0.0000000000000000001", "-7"])
+def test_non_integer_numbers_reject_integers_and_risky_texts(checker, text):
+    assert not checker.accepts({"not": {"type": "integer"}}, text)
