@@ -22,6 +22,7 @@ from threading import Lock
 import numpy as np
 from numba import njit
 
+from grammars.automata.byte_dfa import byte_classes
 from grammars.bitmask import mask_words
 from grammars.trie import TokenTrie
 
@@ -200,22 +201,72 @@ def bounded_equivalence(table: np.ndarray, accepting: np.ndarray, rounds: int) -
     equal up to that length give identical walks — the thousand states of ``maxLength: 1000``
     collapse to about one per remaining count below the longest token.
     """
-    n = table.shape[0]
-    columns = np.unique(table.T, axis=0).T  # one column per byte class
-    classes = accepting.astype(np.int32)
-    count = len(np.unique(classes))
-    row = np.dtype((np.void, 4 * (columns.shape[1] + 1)))
-    for _ in range(rounds):
-        successors = np.where(columns >= 0, classes[np.maximum(columns, 0)], -1)
-        signature = np.ascontiguousarray(np.concatenate([classes[:, None], successors], axis=1), dtype=np.int32)
-        _, inverse = np.unique(signature.view(row).reshape(n), return_inverse=True)  # rows compared as bytes
-        classes = inverse.reshape(n).astype(np.int32)
-        new_count = int(classes.max()) + 1
-        if new_count == count:
-            break
-        count = new_count
-    classes = classes.astype(np.int64)
+    columns, _ = byte_classes(table)
+    classes = _moore(np.ascontiguousarray(columns, dtype=np.int32), np.ascontiguousarray(accepting, dtype=np.bool_),
+                     int(rounds))
     classes.setflags(write=False)
+    return classes
+
+
+@njit(cache=True, nogil=True)
+def _moore(columns, accepting, rounds):  # pragma: no cover - jitted
+    """``bounded_equivalence`` on a class table: each round groups states by (class, successor
+    classes), interning the signatures in a hash table with exact comparison."""
+    n, k = columns.shape
+    classes = np.zeros(n, np.int64)
+    for q in range(n):
+        classes[q] = 1 if accepting[q] else 0
+    count = 1
+    for q in range(n):
+        if classes[q] != classes[0]:
+            count = 2
+            break
+    size = 1
+    while size < 2 * n:
+        size *= 2
+    slots = np.empty(size, np.int64)
+    hashes = np.empty(n, np.uint64)
+    new = np.empty(n, np.int64)
+    reps = np.empty(n, np.int64)
+    for _ in range(rounds):
+        slots[:] = -1
+        n_new = 0
+        for q in range(n):
+            h = (np.uint64(classes[q]) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+            for c in range(k):
+                t = columns[q, c]
+                v = classes[t] + 1 if t >= 0 else 0
+                h = (h ^ np.uint64(v)) * np.uint64(0x100000001B3)
+            hashes[q] = h
+            slot = h & np.uint64(size - 1)
+            found = -1
+            while slots[slot] >= 0:
+                cid = slots[slot]
+                r = reps[cid]
+                if hashes[r] == h and classes[r] == classes[q]:
+                    same = True
+                    for c in range(k):
+                        a = columns[r, c]
+                        b = columns[q, c]
+                        va = classes[a] if a >= 0 else -1
+                        vb = classes[b] if b >= 0 else -1
+                        if va != vb:
+                            same = False
+                            break
+                    if same:
+                        found = cid
+                        break
+                slot = (slot + np.uint64(1)) & np.uint64(size - 1)
+            if found < 0:
+                found = n_new
+                reps[n_new] = q
+                slots[slot] = n_new
+                n_new += 1
+            new[q] = found
+        classes[:] = new
+        if n_new == count:
+            break
+        count = n_new
     return classes
 
 
@@ -290,7 +341,7 @@ class WalkCache:
         classes = self._classes.get(dfa.key)
         if classes is None:
             n = dfa.n_states
-            cells = n * self._horizon * int(np.unique(dfa.table.T, axis=0).shape[0]) if n > self._horizon else 0
+            cells = n * self._horizon * int(byte_classes(dfa.table)[0].shape[1]) if n > self._horizon else 0
             if n <= self._horizon or cells > WALK_CLASS_BUDGET:
                 classes = np.arange(n, dtype=np.int64)  # short DFAs merge little; huge ones cost too much
             else:

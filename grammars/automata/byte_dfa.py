@@ -36,7 +36,18 @@ from ..limits import Limits
 from .subset import subset_construction
 from .utf8 import utf8_ranges
 
-__all__ = ["DEAD", "ByteDFA", "compile_regular", "nonempty", "union", "concat", "intersect", "difference", "minimize"]
+__all__ = [
+    "DEAD",
+    "ByteDFA",
+    "byte_classes",
+    "compile_regular",
+    "nonempty",
+    "union",
+    "concat",
+    "intersect",
+    "difference",
+    "minimize",
+]
 
 #: the "no state" value in tables and the result of stepping out of the language
 DEAD = -1
@@ -708,19 +719,58 @@ def compile_regular(expr: Expr, limits: Limits = Limits(), sub: Callable[[Expr],
     return _finish(table, accepting, 0, b2c)
 
 
-def _byte_classes(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Columns of a byte table grouped into classes: (class table [n, k], byte_to_class [256])."""
+def byte_classes(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Columns of a byte table grouped into classes: (class table [n, k], byte_to_class [256]).
+
+    Classes are numbered by first byte. Bytes with equal columns behave alike in every state,
+    so any per-byte computation can run over the ``k`` classes instead.
+    """
     if table.shape[0] == 0:
         return table[:, :1], np.zeros(256, dtype=np.intp)
-    cols, inverse = np.unique(table, axis=1, return_inverse=True)
-    return np.ascontiguousarray(cols), inverse.reshape(-1)
+    b2c, reps = _column_classes(np.ascontiguousarray(table, dtype=np.int32))
+    return np.ascontiguousarray(table[:, reps]), b2c.astype(np.intp)
+
+
+@njit(cache=True, nogil=True)
+def _column_classes(table):  # pragma: no cover - jitted
+    """(class of each byte, first byte of each class): equal columns share a class, found by hash."""
+    n = table.shape[0]
+    hashes = np.empty(256, np.uint64)
+    for b in range(256):
+        h = np.uint64(0xCBF29CE484222325)
+        for q in range(n):
+            h = (h ^ np.uint64(table[q, b] + 1)) * np.uint64(0x100000001B3)
+        hashes[b] = h
+    b2c = np.empty(256, np.int64)
+    reps = np.empty(256, np.int64)
+    k = 0
+    for b in range(256):
+        found = -1
+        for c in range(k):
+            r = reps[c]
+            if hashes[r] != hashes[b]:
+                continue
+            same = True
+            for q in range(n):
+                if table[q, r] != table[q, b]:
+                    same = False
+                    break
+            if same:
+                found = c
+                break
+        if found < 0:
+            found = k
+            reps[k] = b
+            k += 1
+        b2c[b] = found
+    return b2c, reps[:k].copy()
 
 
 def nonempty(dfa: ByteDFA) -> ByteDFA:
     """The language of ``dfa`` without the empty string (minimal, canonical)."""
     if not dfa.accepts_empty:
         return dfa
-    cls, b2c = _byte_classes(dfa.table)
+    cls, b2c = byte_classes(dfa.table)
     n = dfa.n_states
     table = np.vstack([cls, cls[dfa.start : dfa.start + 1]])
     accepting = np.append(np.asarray(dfa.accepting, dtype=bool), False)
@@ -774,55 +824,101 @@ def difference(a: ByteDFA, b: ByteDFA, limits: Limits = Limits()) -> ByteDFA:
 
 def _product(a: ByteDFA, b: ByteDFA, minus: bool, limits: Limits) -> ByteDFA:
     """Reachable product of ``a`` and ``b``: accepting where both accept (``minus``: ``a`` but not ``b``)."""
-    _, ba = _byte_classes(a.table)
-    _, bb = _byte_classes(b.table)
+    _, ba = byte_classes(a.table)
+    _, bb = byte_classes(b.table)
     _, reps, b2c = np.unique(ba * 256 + bb, return_index=True, return_inverse=True)
     b2c = b2c.reshape(-1)
-    ta = a.table[:, reps]
-    tb = b.table[:, reps]
-    b_accepting = np.asarray(b.accepting, dtype=bool)
-    if minus:  # complete b: its dead state becomes a sink that never accepts
-        sink = b.n_states
-        tb = np.vstack([np.where(tb < 0, sink, tb), np.full((1, tb.shape[1]), sink, dtype=tb.dtype)])
-        b_accepting = np.append(b_accepting, False)
-    k = len(reps)
-    nb = tb.shape[0]
-    index: dict[int, int] = {a.start * nb + b.start: 0}
-    pa = [a.start]
-    pb = [b.start]
-    rows: list[np.ndarray] = []
-    frontier = 0
-    while frontier < len(pa):
-        fa = np.asarray(pa[frontier:], dtype=np.int64)
-        fb = np.asarray(pb[frontier:], dtype=np.int64)
-        frontier = len(pa)
-        xa = ta[fa]
-        xb = tb[fb]
-        codes = np.where((xa < 0) | (xb < 0), -1, xa.astype(np.int64) * nb + xb)
-        uniq, inverse = np.unique(codes, return_inverse=True)
-        ids = np.empty(len(uniq), dtype=np.int32)
-        for i, code in enumerate(uniq.tolist()):
-            if code < 0:
-                ids[i] = DEAD
-                continue
-            d = index.get(code)
-            if d is None:
-                d = len(pa)
-                if d >= limits.max_dfa_states:
-                    raise LimitExceeded(
-                        "max_dfa_states",
-                        limits.max_dfa_states,
-                        f"the product of two DFAs needs more than max_dfa_states={limits.max_dfa_states} states",
-                    )
-                index[code] = d
-                pa.append(code // nb)
-                pb.append(code % nb)
-            ids[i] = d
-        rows.append(ids[inverse.reshape(codes.shape)])
-    table = np.vstack(rows).reshape(len(pa), k)
-    in_b = b_accepting[np.asarray(pb)]
-    accepting = a.accepting[np.asarray(pa)] & (~in_b if minus else in_b)
+    ta = np.ascontiguousarray(a.table[:, reps])
+    tb = np.ascontiguousarray(b.table[:, reps])
+    table, pa, pb, ok = _product_kernel(ta, tb, a.start, b.start, minus, limits.max_dfa_states)
+    if not ok:
+        raise LimitExceeded(
+            "max_dfa_states",
+            limits.max_dfa_states,
+            f"the product of two DFAs needs more than max_dfa_states={limits.max_dfa_states} states",
+        )
+    in_b = np.append(np.asarray(b.accepting, dtype=bool), False)[pb]  # pb == -1: b has died
+    accepting = a.accepting[pa] & (~in_b if minus else in_b)
     return _finish(table, accepting, 0, b2c)
+
+
+@njit(cache=True, nogil=True)
+def _product_kernel(ta, tb, a_start, b_start, minus, max_states):  # pragma: no cover - jitted
+    """Breadth-first reachable pairs over shared classes; with ``minus`` a dead ``b`` is a sink.
+
+    Pairs are interned in an open-addressing table keyed by ``a * nb + b``. Returns (table [n, k],
+    a state per pair, b state per pair (-1: b has died), ok); ``ok`` is False past ``max_states``.
+    """
+    k = ta.shape[1]
+    nb = tb.shape[0] + 1  # b index nb - 1 stands for "b has died"
+    cap = 64
+    pa = np.empty(cap, np.int64)
+    pb = np.empty(cap, np.int64)
+    table = np.full((cap, k), -1, np.int32)
+    slots = np.full(2 * cap, -1, np.int64)
+    pa[0] = a_start
+    pb[0] = b_start
+    code0 = a_start * nb + b_start
+    slots[(code0 * 0x9E3779B1) & (slots.shape[0] - 1)] = 0
+    size = 1
+    i = 0
+    while i < size:
+        x, y = pa[i], pb[i]
+        for c in range(k):
+            xa = ta[x, c]
+            if xa < 0:
+                continue
+            yb = tb[y, c] if y < nb - 1 else -1
+            if yb < 0:
+                if not minus:
+                    continue
+                yb = nb - 1
+            code = xa * nb + yb
+            mask = slots.shape[0] - 1
+            slot = (code * 0x9E3779B1) & mask
+            d = -1
+            while slots[slot] >= 0:
+                e = slots[slot]
+                if pa[e] * nb + pb[e] == code:
+                    d = e
+                    break
+                slot = (slot + 1) & mask
+            if d < 0:
+                if size >= max_states:
+                    return table[:0], pa[:0], pb[:0], False
+                if size == cap:  # grow the pair arrays and rehash at half load
+                    cap *= 2
+                    pa2 = np.empty(cap, np.int64)
+                    pa2[:size] = pa[:size]
+                    pa = pa2
+                    pb2 = np.empty(cap, np.int64)
+                    pb2[:size] = pb[:size]
+                    pb = pb2
+                    t2 = np.full((cap, k), -1, np.int32)
+                    t2[:size] = table[:size]
+                    table = t2
+                    slots = np.full(2 * cap, -1, np.int64)
+                    mask = slots.shape[0] - 1
+                    for e in range(size):
+                        sl = ((pa[e] * nb + pb[e]) * 0x9E3779B1) & mask
+                        while slots[sl] >= 0:
+                            sl = (sl + 1) & mask
+                        slots[sl] = e
+                    slot = (code * 0x9E3779B1) & mask
+                    while slots[slot] >= 0:
+                        slot = (slot + 1) & mask
+                d = size
+                slots[slot] = d
+                pa[d] = xa
+                pb[d] = yb
+                size += 1
+            table[i, c] = d
+        i += 1
+    pb_out = pb[:size].copy()
+    for j in range(size):
+        if pb_out[j] == nb - 1:
+            pb_out[j] = -1
+    return table[:size].copy(), pa[:size].copy(), pb_out, True
 
 
 def minimize(dfa: ByteDFA) -> ByteDFA:
@@ -833,5 +929,5 @@ def minimize(dfa: ByteDFA) -> ByteDFA:
     """
     if dfa.is_empty_language:
         return dfa
-    cls, b2c = _byte_classes(dfa.table)
+    cls, b2c = byte_classes(dfa.table)
     return _finish(np.asarray(cls), np.asarray(dfa.accepting, dtype=bool), dfa.start, b2c)
