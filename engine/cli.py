@@ -200,7 +200,7 @@ def _load_vocab(path: str):
 def _compile(compiler, constraint: _Constraint, whitespace: str | None):
     if constraint.kind == "schema":
         try:
-            import grammars.frontends.json_schema  # noqa: F401
+            importlib.import_module("grammars.frontends.json_schema")
         except ImportError as exc:
             raise UsageError(f"JSON Schema support is not available in this installation ({exc})") from None
         options = {} if whitespace is None else {"whitespace": whitespace}

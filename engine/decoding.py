@@ -370,6 +370,11 @@ class _Loop:
         if params is None:
             return row.run.draw(logits, row.matcher, row.generator)
         scores = logits.detach().float()
+        if params.temperature == 0:  # greedy: the argmax process_logits would keep, without the softmax
+            best = int(torch.argmax(scores))
+            if scores[best] == float("-inf"):
+                raise NoAllowedToken("every token is masked out in this state")
+            return Draw(token=best)
         if torch.isneginf(scores).all():
             raise NoAllowedToken("every token is masked out in this state")
         probs = torch.softmax(process_logits(scores, params), dim=-1)

@@ -206,6 +206,8 @@ _BYTE_ORDER = np.array(
     + list(range(128, 256)) + list(range(32)) + [127],
     dtype=np.int64,
 )
+_BYTE_LIST = _BYTE_ORDER.tolist()
+_SMALL_FRONTIER = 16
 _INF = float("inf")
 _GOAL = object()
 
@@ -233,7 +235,7 @@ class _CompletionTables:
     """
 
     _by_runtime: "weakref.WeakKeyDictionary[GrammarRuntime, _CompletionTables]" = weakref.WeakKeyDictionary()
-    _pieces_by_vocab: dict[int, tuple[object, object, dict[bytes, int], int]] = {}
+    _pieces_by_vocab: dict[int, tuple[object, object, dict[bytes, int], frozenset[bytes]]] = {}
 
     @classmethod
     def of(cls, runtime: GrammarRuntime) -> "_CompletionTables":
@@ -453,10 +455,10 @@ class _CompletionTables:
     def _lexeme_from(self, t: int, s: int) -> bytes:
         """A shortest byte string from state ``s`` of terminal ``t``'s DFA to acceptance.
 
-        Forward breadth-first search, one vectorised level at a time, stopping at the first level
-        that holds an accepting state: lexemes are short where closing happens, while the DFAs of
-        long strings or big enums have tens of thousands of states. Ties go to the earlier byte of
-        ``_BYTE_ORDER``.
+        Forward breadth-first search stopping at the first level that holds an accepting state:
+        lexemes are short where closing happens, while the DFAs of long strings or big enums have
+        tens of thousands of states. Small levels run in plain Python, wide ones vectorised.
+        Ties go to the earlier byte of ``_BYTE_ORDER``.
         """
         key = (t, s)
         text = self._lexeme.get(key)
@@ -469,16 +471,27 @@ class _CompletionTables:
         frontier = np.array([s], dtype=np.int64)
         seen = np.zeros(table.shape[0], dtype=bool)
         seen[s] = True
+        while frontier.size <= _SMALL_FRONTIER:  # plain Python is faster on the usual tiny frontiers
+            level = frontier.tolist()
+            hit = next((u for u in level if accepting[u]), None)
+            if hit is not None:
+                return self._remember_lexeme(key, s, hit, parents)
+            nxt = []
+            for u in level:
+                row = table[u].tolist()
+                for byte in _BYTE_LIST:
+                    v = row[byte]
+                    if v >= 0 and not seen[v]:
+                        seen[v] = True
+                        parents[v] = (u, byte)
+                        nxt.append(v)
+            if not nxt:  # pragma: no cover - trimmed DFAs always reach acceptance
+                raise LimitExceeded("dfa_completion", 0)
+            frontier = np.array(nxt, dtype=np.int64)
         while True:
             hits = frontier[accepting[frontier]]
             if hits.size:
-                cur = int(hits[0])
-                out = bytearray()
-                while cur != s:
-                    cur, byte = parents[cur]
-                    out.append(byte)
-                text = self._lexeme[key] = bytes(reversed(out))
-                return text
+                return self._remember_lexeme(key, s, int(hits[0]), parents)
             rows = table[frontier][:, _BYTE_ORDER]  # [frontier, 256], bytes in preference order
             flat = rows.ravel()
             valid = np.flatnonzero(flat >= 0)
@@ -494,6 +507,14 @@ class _CompletionTables:
                 parents[v] = (int(frontier[idx // 256]), int(_BYTE_ORDER[idx % 256]))
             frontier = targets
 
+    def _remember_lexeme(self, key: tuple[int, int], s: int, cur: int, parents: dict) -> bytes:
+        out = bytearray()
+        while cur != s:
+            cur, byte = parents[cur]
+            out.append(byte)
+        text = self._lexeme[key] = bytes(reversed(out))
+        return text
+
     # --- tokens --------------------------------------------------------------------------------
 
     def _tokenize(self, state: MatchState, text: bytes, text_ok: np.ndarray) -> tuple[int, ...] | None:
@@ -502,15 +523,18 @@ class _CompletionTables:
         A token is allowed wherever its bytes continue the text: the state after a byte string
         does not depend on how it is split into tokens.
         """
-        pieces, longest = self._pieces(text_ok)
+        pieces, prefixes = self._pieces(text_ok)
         n = len(text)
         fewest = [0] + [1 << 60] * n
         choice = [-1] * (n + 1)
         for i in range(n):
             if fewest[i] >= 1 << 60:
                 continue
-            for j in range(i + 1, min(n, i + longest) + 1):
-                token = pieces.get(text[i:j])
+            for j in range(i + 1, n + 1):
+                piece = text[i:j]
+                if piece not in prefixes:  # no token starts with it: no longer one either
+                    break
+                token = pieces.get(piece)
                 if token is not None and fewest[i] + 1 < fewest[j]:
                     fewest[j] = fewest[i] + 1
                     choice[j] = token
@@ -524,8 +548,9 @@ class _CompletionTables:
             j -= len(self.rt.token_bytes[token])
         return tuple(reversed(tokens))
 
-    def _pieces(self, text_ok: np.ndarray) -> tuple[dict[bytes, int], int]:
-        """bytes -> first text token spelling them, shared by every grammar of a vocabulary."""
+    def _pieces(self, text_ok: np.ndarray) -> tuple[dict[bytes, int], frozenset[bytes]]:
+        """bytes -> first text token spelling them, and every prefix of a token's bytes; shared
+        by every grammar of a vocabulary."""
         token_bytes = self.rt.token_bytes
         key = id(text_ok)
         hit = self._pieces_by_vocab.get(key)
@@ -533,8 +558,8 @@ class _CompletionTables:
             pieces: dict[bytes, int] = {}
             for tid in np.flatnonzero(text_ok[: len(token_bytes)]).tolist():
                 pieces.setdefault(token_bytes[tid], tid)
-            longest = max(map(len, pieces), default=1)
+            prefixes = frozenset(piece[:k] for piece in pieces for k in range(1, len(piece) + 1))
             if len(self._pieces_by_vocab) > 8:
                 self._pieces_by_vocab.clear()
-            hit = self._pieces_by_vocab[key] = (text_ok, token_bytes, pieces, longest)
+            hit = self._pieces_by_vocab[key] = (text_ok, token_bytes, pieces, prefixes)
         return hit[2], hit[3]

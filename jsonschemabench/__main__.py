@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import grammar_bench, maskbench, testsuite
+from . import e2e, grammar_bench, maskbench, testsuite
 from . import samplers_bench
 
 
@@ -43,6 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
             "samplers",
             help="KL to the grammar-conditioned model (masked, ASAp, SMC) and AWRS checks/time per token",
             description=samplers_bench.__doc__.splitlines()[0],
+        )
+    )
+    e2e.add_arguments(
+        commands.add_parser(
+            "e2e",
+            help="end to end: generate with a model per MaskBench schema; coverage, compliance, TTFT/TPOT, throughput",
+            description=e2e.__doc__.splitlines()[0],
         )
     )
     return parser
