@@ -50,6 +50,28 @@ class ClosingPlanner:
         self._cache: OrderedDict = OrderedDict()
         self._cache_size = int(cache_size)
         self.searches = 0
+        special = vocab.special_token_ids
+        spelled = {piece for tid, piece in enumerate(vocab.token_bytes) if len(piece) == 1 and tid not in special}
+        #: every byte is a token: a text of n bytes takes at most n tokens (``fits`` skips tokenizing)
+        self._bytes_are_tokens = len(spelled) == 256
+
+    def fits(self, matcher, budget: int) -> bool | None:
+        """Whether a completion plus EOS fits in ``budget`` tokens; ``None`` if unknown.
+
+        The same answer as ``tokens_to_close(matcher) <= budget``, cheaper where the shortest
+        text is short enough that its byte count already fits (the decoder asks every step).
+        """
+        if matcher.is_terminated():
+            return True
+        if matcher.is_accepting():
+            return budget >= 1
+        if self._bytes_are_tokens:
+            text_of = getattr(matcher, "shortest_completion_text", None)
+            text = text_of() if text_of is not None else None
+            if text is not None and len(text) + 1 <= budget:
+                return True
+        found = self.completion(matcher)
+        return None if found is None else found.cost <= budget
 
     def tokens_to_close(self, matcher) -> int | None:
         """Tokens needed to finish from ``matcher``'s state, EOS included; ``None`` if unknown.

@@ -121,9 +121,15 @@ class Matcher:
 
         Exact: no shorter text leads to an accepting state. ``None`` when no text does (EOS was
         consumed) or a parser limit was hit. Cached per state; does not change the matcher.
+        Cheaper than ``shortest_completion`` (no tokenization): its length bounds the token count
+        from above whenever the vocabulary spells every byte as a token.
         """
-        found = self._completion()
-        return None if found is None else found[0]
+        state = self._history[-1]
+        if ACCEPT in state:
+            return b""
+        if not state:
+            return None
+        return _CompletionTables.of(self._rt).text(state)
 
     def shortest_completion(self) -> tuple[int, ...] | None:
         """Tokens that bring the matcher to an accepting state (EOS not included), or ``None``.
@@ -131,10 +137,15 @@ class Matcher:
         They spell ``shortest_completion_text()`` — the fewest bytes that finish — in the fewest
         vocabulary tokens (special tokens never used), each allowed in turn. So the length is an
         achievable upper bound on the true token minimum, exact for a byte-level vocabulary: a
-        longer text could in principle take fewer, longer tokens. Cached per state.
+        longer text could in principle take fewer, longer tokens. ``None`` also when the
+        vocabulary cannot spell the text. Cached per state.
         """
-        found = self._completion()
-        return None if found is None else found[1]
+        state = self._history[-1]
+        if ACCEPT in state:
+            return ()
+        if not state:
+            return None
+        return _CompletionTables.of(self._rt).tokens(state, self._text_ok)
 
     # --- mutations ---------------------------------------------------------------------------
 
@@ -173,14 +184,6 @@ class Matcher:
 
     # --- internals ---------------------------------------------------------------------------
 
-    def _completion(self) -> tuple[bytes, tuple[int, ...]] | None:
-        state = self._history[-1]
-        if ACCEPT in state:
-            return b"", ()
-        if not state:
-            return None
-        return _CompletionTables.of(self._rt).completion(state, self._text_ok)
-
     def _next_state(self, token: int) -> MatchState | None:
         state = self._history[-1]
         if not state:
@@ -208,6 +211,8 @@ _BYTE_ORDER = np.array(
 )
 _BYTE_LIST = _BYTE_ORDER.tolist()
 _SMALL_FRONTIER = 16
+#: DFAs up to this many states get a full distance table (cheap to build, O(1) lookups).
+_TABLE_DFA_STATES = 4096
 _INF = float("inf")
 _GOAL = object()
 
@@ -219,7 +224,7 @@ class _CompletionTables:
     exponentially with their length, so a byte-level search drowns exactly where closing matters.
     The structure gives the answer directly:
 
-    * every terminal DFA state has a shortest way to acceptance (BFS over its table);
+    * every terminal DFA state has a distance to acceptance (BFS over its table);
     * every nonterminal has a minimal yield (Knuth's generalisation of Dijkstra over productions);
     * a parser stack finishes by completing one of its top state's *kernel* items
       ``A -> α . β`` (|α| >= 1): cost ``minyield(β)``, after which the stack is the one |α| levels
@@ -250,11 +255,13 @@ class _CompletionTables:
         self.lr = runtime.parser.lr
         self.dfas = runtime.dfas
         self._lexeme: dict[tuple[int, int], bytes] = {}
+        self._dist: dict[int, np.ndarray | None] = {}
         self._moves: dict[int, list[tuple[int, int, int]]] = {}
         self._suffix: dict[tuple[int, int], int] = {}
         self._yields: dict[int, bytes] = {}
         self._stacks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._states = BoundedCache(4096)
+        self._texts = BoundedCache(4096)
+        self._tokens = BoundedCache(4096)
         self._nt_cost: list[float] = []
         self._nt_best: list[int] = []
         if self.lr is not None:
@@ -262,26 +269,30 @@ class _CompletionTables:
 
     # --- per match state -----------------------------------------------------------------------
 
-    def completion(self, state: MatchState, text_ok: np.ndarray) -> tuple[bytes, tuple[int, ...]] | None:
-        hit = self._states.get(state)
-        if hit is not None:
-            return hit[0]
-        try:
-            text = self._shortest_text(state)
-        except LimitExceeded:
-            text = None
-        result = None if text is None else (text, self._tokenize(state, text, text_ok))
-        if result is not None and result[1] is None:
-            result = None  # a byte the vocabulary cannot spell
-        self._states.put(state, (result,))
-        return result
+    def text(self, state: MatchState) -> bytes | None:
+        hit = self._texts.get(state)
+        if hit is None:
+            try:
+                hit = (self._shortest_text(state),)
+            except LimitExceeded:
+                hit = (None,)
+            self._texts.put(state, hit)
+        return hit[0]
+
+    def tokens(self, state: MatchState, text_ok: np.ndarray) -> tuple[int, ...] | None:
+        hit = self._tokens.get(state)
+        if hit is None:
+            text = self.text(state)
+            hit = (None if text is None else self._tokenize(state, text, text_ok),)
+            self._tokens.put(state, hit)
+        return hit[0]
 
     def _shortest_text(self, state: MatchState) -> bytes | None:
         if self.lr is None:
             return None
         options: dict[tuple[object, int], tuple[int, int]] = {}  # (stack, terminal) -> (bytes to end it, dfa state)
         for stack, t, s in state:
-            d = len(self._lexeme_from(t, s))
+            d = self._distance(t, s)
             key = (stack, t)
             if key not in options or d < options[key][0]:
                 options[key] = (d, s)
@@ -450,7 +461,45 @@ class _CompletionTables:
     # --- terminals -----------------------------------------------------------------------------
 
     def _min_lexeme(self, t: int) -> int:
-        return len(self._lexeme_from(t, self.dfas[t].start))
+        return self._distance(t, self.dfas[t].start)
+
+    def _distance(self, t: int, s: int) -> int:
+        """Bytes from state ``s`` of terminal ``t``'s DFA to acceptance."""
+        dist = self._distances(t)
+        return int(dist[s]) if dist is not None else len(self._lexeme_from(t, s))
+
+    def _distances(self, t: int) -> np.ndarray | None:
+        """Every state's distance to acceptance (reverse BFS), for DFAs of at most
+        ``_TABLE_DFA_STATES`` states; ``None`` for bigger ones, which search forward per state."""
+        if t in self._dist:
+            return self._dist[t]
+        dfa = self.dfas[t]
+        table = np.asarray(dfa.table)
+        n = table.shape[0]
+        dist = None
+        if n <= _TABLE_DFA_STATES:
+            dist = np.full(n, -1, dtype=np.int64)
+            live = table >= 0
+            src = np.nonzero(live)[0]
+            dst = table[live]
+            order = np.argsort(dst, kind="stable")
+            preds = src[order]
+            starts = np.searchsorted(dst[order], np.arange(n + 1))
+            frontier = np.flatnonzero(np.asarray(dfa.accepting))
+            dist[frontier] = 0
+            level = 0
+            while frontier.size:
+                level += 1
+                lens = starts[frontier + 1] - starts[frontier]
+                total = int(lens.sum())
+                if not total:
+                    break
+                offsets = np.repeat(starts[frontier] - np.cumsum(lens) + lens, lens) + np.arange(total)
+                frontier = np.unique(preds[offsets])
+                frontier = frontier[dist[frontier] < 0]
+                dist[frontier] = level
+        self._dist[t] = dist
+        return dist
 
     def _lexeme_from(self, t: int, s: int) -> bytes:
         """A shortest byte string from state ``s`` of terminal ``t``'s DFA to acceptance.
@@ -466,6 +515,21 @@ class _CompletionTables:
             return text
         dfa = self.dfas[t]
         table = np.asarray(dfa.table)
+        dist = self._distances(t)
+        if dist is not None:  # walk down the distances
+            out = bytearray()
+            cur = s
+            while dist[cur] > 0:
+                row = table[cur].tolist()
+                want = dist[cur] - 1
+                for byte in _BYTE_LIST:
+                    v = row[byte]
+                    if v >= 0 and dist[v] == want:
+                        out.append(byte)
+                        cur = v
+                        break
+            text = self._lexeme[key] = bytes(out)
+            return text
         accepting = np.asarray(dfa.accepting)
         parents: dict[int, tuple[int, int]] = {}
         frontier = np.array([s], dtype=np.int64)
