@@ -335,7 +335,7 @@ def summarize(rows: Sequence[Mapping], config: E2EConfig) -> dict:
 def _top_errors(rows: Sequence[Mapping], limit: int = 8) -> dict[str, int]:
     from collections import Counter
 
-    heads = Counter(f"{r['outcome']}: {(r.get('error') or '').splitlines()[0][:90]}"
+    heads = Counter(f"{r['outcome']}: {((r.get('error') or '').splitlines() or [''])[0][:90]}"
                     for r in rows if r.get("outcome") in ("error", "timeout", "crash", "compile_error"))
     return dict(heads.most_common(limit))
 
