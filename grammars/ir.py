@@ -11,7 +11,7 @@ All nodes are frozen and hashable, so a grammar can key caches by value.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Union
+from typing import ClassVar, Iterable, Union
 
 __all__ = [
     "MAX_CODE_POINT",
@@ -62,8 +62,40 @@ def _normalize(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]
     return tuple(merged)
 
 
-@dataclass(frozen=True)
-class Chars:
+class _Node:
+    """Structural equality and hashing with the hash cached on the node.
+
+    Expression trees are deep and shared (a JSON string token is hundreds of nodes) and serve
+    as cache keys everywhere; a recomputed dataclass hash cost ~0.1 ms per lookup. The cached
+    hash is left out of pickles: string hashes differ between processes.
+    """
+
+    _names: ClassVar[tuple[str, ...]] = ()
+
+    def __hash__(self) -> int:
+        d = self.__dict__
+        h = d.get("_hash")
+        if h is None:
+            h = hash((type(self), *[d[n] for n in self._names]))
+            d["_hash"] = h  # a derived value: written past the frozen __setattr__
+        return h
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(other) is not type(self):
+            return NotImplemented
+        if hash(self) != hash(other):
+            return False
+        d, e = self.__dict__, other.__dict__
+        return all(d[n] == e[n] for n in self._names)
+
+    def __getstate__(self) -> dict:
+        return {n: self.__dict__[n] for n in self._names}
+
+
+@dataclass(frozen=True, eq=False)
+class Chars(_Node):
     """One character from a set of code points, stored as sorted, disjoint, non-adjacent ranges.
 
     Surrogates (U+D800–U+DFFF) are never produced: they have no UTF-8 encoding.
@@ -71,6 +103,7 @@ class Chars:
     """
 
     ranges: tuple[tuple[int, int], ...]
+    _names = ("ranges",)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranges", _normalize(self.ranges))
@@ -97,41 +130,46 @@ class Chars:
         return not self.ranges
 
 
-@dataclass(frozen=True)
-class Literal:
+@dataclass(frozen=True, eq=False)
+class Literal(_Node):
     """An exact text (may be empty: the empty string)."""
 
     text: str
+    _names = ("text",)
 
 
-@dataclass(frozen=True)
-class Seq:
+@dataclass(frozen=True, eq=False)
+class Seq(_Node):
     items: tuple["Expr", ...]
+    _names = ("items",)
 
 
-@dataclass(frozen=True)
-class Alt:
+@dataclass(frozen=True, eq=False)
+class Alt(_Node):
     items: tuple["Expr", ...]
+    _names = ("items",)
 
 
-@dataclass(frozen=True)
-class Repeat:
+@dataclass(frozen=True, eq=False)
+class Repeat(_Node):
     """``item`` repeated between ``min`` and ``max`` times (``max=None``: unbounded)."""
 
     item: "Expr"
     min: int = 0
     max: int | None = None
+    _names = ("item", "min", "max")
 
     def __post_init__(self) -> None:
         if self.min < 0 or (self.max is not None and self.max < self.min):
             raise ValueError(f"bad repetition bounds {{{self.min},{self.max}}}")
 
 
-@dataclass(frozen=True)
-class Ref:
+@dataclass(frozen=True, eq=False)
+class Ref(_Node):
     """A reference to another rule of the same grammar."""
 
     name: str
+    _names = ("name",)
 
 
 Expr = Union[Chars, Literal, Seq, Alt, Repeat, Ref]

@@ -22,7 +22,7 @@ from threading import Lock
 import numpy as np
 from numba import njit
 
-from grammars.automata.byte_dfa import byte_classes
+from grammars.automata.byte_dfa import byte_classes, load_kernels
 from grammars.bitmask import mask_words
 from grammars.trie import TokenTrie
 
@@ -271,7 +271,7 @@ def _moore(columns, accepting, rounds):  # pragma: no cover - jitted
 
 
 #: Walk classes are computed when rounds x states x byte classes stays under this many cells
-#: (about a second); bigger DFAs key walks by exact state — correct, just less shared.
+#: (tens of milliseconds compiled); bigger DFAs key walks by exact state — correct, just less shared.
 WALK_CLASS_BUDGET = 40_000_000
 
 
@@ -335,17 +335,21 @@ class WalkCache:
         _child_byte_counts(trie.child_start, trie.child_count, trie.node_byte, _ROOT)
         tokens_to_words(np.zeros(0, dtype=np.int64), self._words)
         _token_next_states(trie.node_parent, trie.node_byte, trie.token_node, dead, 0)
+        small = load_kernels()  # the DFA construction kernels too: every compile needs them
+        bounded_equivalence(small.table, small.accepting, 2)
 
     def walk_class(self, dfa) -> np.ndarray:
         """Per DFA state, a class id such that states of one class give identical walks."""
         classes = self._classes.get(dfa.key)
         if classes is None:
             n = dfa.n_states
-            cells = n * self._horizon * int(byte_classes(dfa.table)[0].shape[1]) if n > self._horizon else 0
-            if n <= self._horizon or cells > WALK_CLASS_BUDGET:
+            columns = byte_classes(dfa.table)[0] if n > self._horizon else None
+            if columns is None or n * self._horizon * columns.shape[1] > WALK_CLASS_BUDGET:
                 classes = np.arange(n, dtype=np.int64)  # short DFAs merge little; huge ones cost too much
             else:
-                classes = bounded_equivalence(dfa.table, dfa.accepting, self._horizon)
+                classes = _moore(np.ascontiguousarray(columns, dtype=np.int32),
+                                 np.ascontiguousarray(dfa.accepting, dtype=np.bool_), self._horizon)
+                classes.setflags(write=False)
             self._classes[dfa.key] = classes
         return classes
 

@@ -47,6 +47,7 @@ __all__ = [
     "intersect",
     "difference",
     "minimize",
+    "load_kernels",
 ]
 
 #: the "no state" value in tables and the result of stepping out of the language
@@ -919,6 +920,17 @@ def _product_kernel(ta, tb, a_start, b_start, minus, max_states):  # pragma: no 
         if pb_out[j] == nb - 1:
             pb_out[j] = -1
     return table[:size].copy(), pa[:size].copy(), pb_out, True
+
+
+def load_kernels() -> ByteDFA:
+    """Run every compiled kernel once on tiny inputs (numba loads machine code on first call,
+    ~0.1 s each: setup time, not a first compile's). Returns a small DFA for further warm-ups."""
+    d = compile_regular(Seq((Literal("ab"), Repeat(Chars(((0x61, 0x63),)), 0, 3))))
+    e = compile_regular(Seq((Literal("a"), d)), sub=lambda x: compile_regular(x))
+    intersect(d, e)
+    difference(d, e)
+    nonempty(minimize(ByteDFA(np.array(d.table), np.array(d.accepting), 0)))
+    return e
 
 
 def minimize(dfa: ByteDFA) -> ByteDFA:

@@ -26,6 +26,11 @@ __all__ = ["TerminalCFG", "Production", "lower_grammar", "is_terminal", "termina
 #: A regular rule is inlined into its users when its expanded IR has at most this many nodes;
 #: bigger ones stay nonterminals so one huge DFA is never built from many small rules.
 INLINE_BUDGET = 4000
+#: A piece of a regular run whose DFA has more states than this becomes a terminal of its own
+#: (shared by every context) instead of being merged with its neighbours.
+ALONE_STATES = 256
+#: Alternatives are compiled to test their size only from this many IR nodes on.
+ALONE_MIN_SIZE = 64
 #: A production with more nullable symbols than this is split before epsilon elimination,
 #: which otherwise emits 2**k variants.
 MAX_NULLABLE_PER_PRODUCTION = 4
@@ -87,6 +92,8 @@ class _Lowering:
                 if ref not in self.rules:
                     raise GrammarError(f"rule {name!r} refers to undefined rule {ref!r}")
         self.inlinable = self._find_inlinable()
+        # a wholly regular grammar stays one terminal (its token DFA is what regex users get)
+        self.split_runs = self.start_name not in self.inlinable
         self._expanded: dict[str, Expr] = {}
         self.nt_names: list[str] = []
         self.nt_index: dict[object, int] = {}
@@ -199,9 +206,66 @@ class _Lowering:
         self.symbol_cache[expr] = sym
         return (sym,)
 
+    def _run_symbols(self, run: list[Expr]) -> tuple[int, ...] | None:
+        """A regular run as terminals: merged, except that big pieces stand alone.
+
+        A piece whose DFA has more than ``ALONE_STATES`` states (a long counted string, the
+        complement of many keys) would otherwise be copied into the terminal of every context
+        it appears in — each copy determinised, minimised and walked over the vocabulary again.
+        A wholly regular grammar is not split.
+        """
+        pieces = self._pieces(run) if self.split_runs else []
+        if not any(self._big(p) for p in pieces):
+            return self._terminal_symbols(seq(run))
+        # a big piece takes the literals right around it (a string body its quotes): a terminal
+        # that may end anywhere inside a token would make every such token a boundary walk
+        groups: list[list[Expr]] = [[]]
+        for i, p in enumerate(pieces):
+            if self._big(p):
+                before = groups[-1][-1:] if groups[-1] and isinstance(groups[-1][-1], Literal) else []
+                if before:
+                    groups[-1].pop()
+                groups.append(before + [p])
+                groups.append([])
+            elif not groups[-1] and len(groups) > 1 and isinstance(p, Literal) and len(groups[-2]) <= 2 \
+                    and not isinstance(groups[-2][-1], Literal):
+                groups[-2].append(p)
+            else:
+                groups[-1].append(p)
+        out: list[int] = []
+        for group in groups:
+            if not group:
+                continue
+            sym = self._terminal_symbols(seq(group))
+            if sym is None:
+                return None
+            out.extend(sym)
+        return tuple(out)
+
+    def _pieces(self, run: list[Expr]) -> list[Expr]:
+        """The items of a run with inlined references and nested sequences flattened."""
+        out: list[Expr] = []
+        stack = list(reversed(run))
+        while stack:
+            e = stack.pop()
+            if isinstance(e, (Ref, Repeat, Alt)):
+                e = self._expand(e)
+            if isinstance(e, Seq):
+                stack.extend(reversed(e.items))
+            else:
+                out.append(e)
+        return out
+
+    def _big(self, piece: Expr) -> bool:
+        if isinstance(piece, Repeat) or (isinstance(piece, Alt) and _size(piece) > ALONE_MIN_SIZE):
+            piece = self.compile_dfa(piece)  # memoised; a terminal containing it reuses it
+        return getattr(piece, "n_states", 0) > ALONE_STATES
+
     def _symbols(self, expr: Expr) -> tuple[int, ...] | None:
         """``expr`` as a sequence of symbols; None when its language is empty."""
         if self._is_regular(expr):
+            if isinstance(expr, (Seq, Ref)):
+                return self._run_symbols([expr])
             return self._terminal_symbols(expr)
         if isinstance(expr, Ref):
             return (self._rule(expr.name),)
@@ -213,7 +277,7 @@ class _Lowering:
                     run.append(item)
                     continue
                 if run:
-                    piece = self._terminal_symbols(seq(run))
+                    piece = self._run_symbols(run)
                     if piece is None:
                         return None
                     out.extend(piece)
@@ -223,7 +287,7 @@ class _Lowering:
                     return None
                 out.extend(piece)
             if run:
-                piece = self._terminal_symbols(seq(run))
+                piece = self._run_symbols(run)
                 if piece is None:
                     return None
                 out.extend(piece)

@@ -1,0 +1,108 @@
+"""DFA construction shortcuts must not change languages: products, shared sub-DFAs, byte classes,
+cached IR hashes, and big pieces of a regular run lowered as terminals of their own."""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+import numpy as np
+import pytest
+
+from grammars import Compiler, TokenVocabulary
+from grammars.automata import compile_regular
+from grammars.automata.byte_dfa import ByteDFA, byte_classes, difference, intersect
+from grammars.frontends import parse_regex
+from grammars.frontends.json_schema.strings import json_string_value, string_not_in
+from grammars.ir import Grammar, Literal, Ref, Repeat, alt, chars, literal, repeat, seq
+
+PATTERNS = ["[ab]*a[ab]{2}", "(ab|ba)+", "a*b?a*", "[a-c]{1,4}", "(aa)*", "b[ab]*", ""]
+
+
+def _strings(rnd: random.Random, n: int = 300) -> list[bytes]:
+    return [bytes(rnd.choice(b"abc") for _ in range(rnd.randrange(7))) for _ in range(n)]
+
+
+@pytest.mark.parametrize("p", PATTERNS)
+@pytest.mark.parametrize("q", PATTERNS)
+def test_products_agree_with_both_operands(p, q):
+    a, b = compile_regular(parse_regex(p)), compile_regular(parse_regex(q))
+    both, minus = intersect(a, b), difference(a, b)
+    for s in _strings(random.Random(p + q)) + [b""]:
+        assert both.matches(s) == (a.matches(s) and b.matches(s)), (p, q, s)
+        assert minus.matches(s) == (a.matches(s) and not b.matches(s)), (p, q, s)
+
+
+def test_string_not_in_matches_the_complement_of_every_encoding():
+    names = ["a", "ab", "name", "naïve", ""]
+    d = string_not_in(names)
+    assert isinstance(d, ByteDFA)
+    excluded = compile_regular(alt(json_string_value(v) for v in names))
+    token = compile_regular(string_not_in([]))
+    rnd = random.Random(0)
+    samples = [b'"a"', b'"\\u0061"', b'"\\u0061b"', b'"na\\u00efve"', b'""', b'"abc"', b'"nam"', b'"n\\u0061me"']
+    samples += [b'"' + bytes(rnd.choice(b"abnme\\u0") for _ in range(rnd.randrange(8))) + b'"' for _ in range(300)]
+    for s in samples:
+        assert d.matches(s) == (token.matches(s) and not excluded.matches(s)), s
+    assert d.n_states < 200  # a trie plus a string token, not their product
+
+
+def test_shared_sub_dfas_give_the_same_language():
+    ws = repeat(chars(" \t\n"), 0, 20)
+    body = repeat(alt([chars(("a", "z")), seq([literal("\\"), chars("n\"")])]), 0, None)
+    expr = seq([ws, literal(","), ws, literal('"'), body, literal('"'), ws, literal(":"), ws])
+    memo: dict = {}
+
+    def sub(e):
+        if e not in memo:
+            memo[e] = compile_regular(e, sub=sub)
+        return memo[e]
+
+    assert compile_regular(expr, sub=sub).key == compile_regular(expr).key
+    assert memo  # the repetitions were compiled on their own
+
+
+def test_byte_classes_group_equal_columns():
+    d = compile_regular(parse_regex("[a-f]x|[0-9]+|q"))
+    cls, b2c = byte_classes(d.table)
+    assert np.array_equal(cls[:, b2c], d.table)
+    assert len({tuple(d.table[:, b]) for b in range(256)}) == cls.shape[1]
+
+
+def test_ir_hash_is_cached_but_not_pickled():
+    e = seq([literal("ab"), repeat(chars(("0", "9")), 1, 3), Ref("x")])
+    h = hash(e)
+    assert e.__dict__["_hash"] == h
+    state = pickle.dumps(e)
+    assert b"_hash" not in state
+    back = pickle.loads(state)
+    assert back == e and hash(back) == h and back is not e
+    assert Literal("a") != Ref("a") and Repeat(Literal("a"), 0, 2) != Repeat(Literal("a"), 0, 3)
+
+
+def test_big_pieces_of_a_run_become_their_own_terminal():
+    pieces = [b"a", b"b", b"ab", b'"', b":", b'":', b'"a', b"{", b"}", b",", b"x", b"y"]
+    vocab = TokenVocabulary.from_bytes(pieces + [b""], eos_token_ids=[len(pieces)], special_token_ids=[len(pieces)])
+
+    def ids(text: str) -> list[int]:  # greedy longest match over the pieces
+        out, data = [], text.encode()
+        while data:
+            best = max((p for p in pieces if data.startswith(p)), key=len)
+            out.append(pieces.index(best))
+            data = data[len(best):]
+        return out
+
+    counted = repeat(chars("ab"), 0, 300)  # a DFA of 301 states, shared by both members
+    member = lambda key: seq([literal(f'"{key}"'), literal(":"), literal('"'), counted, literal('"')])  # noqa: E731
+    rules = {
+        "root": seq([literal("{"), Ref("m"), literal("}")]),
+        "m": alt([member("x"), seq([member("y"), literal(","), Ref("m")])]),
+    }
+    g = Compiler(vocab).compile_grammar(Grammar.of(rules, "root"))
+    sizes = sorted(t.n_states for t in g._cfg.terminals)
+    assert sizes[-1] < 320 and sum(s > 256 for s in sizes) == 1
+    m = g.matcher()
+    good = ids('{"y":"ab","x":"' + "a" * 300 + '"}')
+    assert m.try_advance(good) == len(good) and m.is_accepting()
+    bad = ids('{"x":"' + "a" * 301 + '"}')
+    assert g.matcher().try_advance(bad) < len(bad)
