@@ -32,7 +32,9 @@ as they are to the peers: engines that cannot fetch them refuse them or mis-hand
 those tests. corral runs in the suite's own mode: its ``registry`` option gets every file of
 ``remotes/`` under ``http://localhost:1234/<path>`` (``--remotes``; the suite's test server), and
 ``format_assertion=False``, because the main draft 2019-09/2020-12 files test ``format`` as an
-annotation (``--format-assertion`` enforces it instead, as corral does by default).
+annotation (``--format-assertion`` enforces it instead, as corral does by default), and
+``property_order="any"`` (``--property-order``): the suite's valid objects come in any member
+order, and corral's default ``"schema"`` order is a generation policy that rejects some of them.
 The suite's draft 2020-12 main files hold 46 keyword files, 383 groups and 1,299 tests.
 
 Each (group, engine) runs in a worker process, as in ``maskbench`` (``--timeout`` per group,
@@ -239,6 +241,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: remotes/ next to the suite's tests/ folder)")
     parser.add_argument("--format-assertion", action="store_true",
                         help="corral enforces 'format' (default: an annotation, as the suite's main files expect)")
+    parser.add_argument("--property-order", choices=("any", "schema", "required_first"), default="any",
+                        help="corral's property_order (default 'any': every member order, exactly, as validators "
+                        "judge; 'schema' is corral's generation default and rejects valid texts in other orders)")
     parser.set_defaults(run=main)
 
 
@@ -263,7 +268,7 @@ def main(args: argparse.Namespace) -> int:
     meta = run_meta(args, config) | {"suite": str(suite), "skipped": skipped}
     log(f"testsuite: {len(files)} keyword files x {len(engines)} engines, {args.workers} workers -> {out}")
     remotes = args.remotes or suite.resolve().parent.parent / "remotes"
-    corral_options: dict = {"format_assertion": bool(args.format_assertion)}
+    corral_options: dict = {"format_assertion": bool(args.format_assertion), "property_order": args.property_order}
     if remotes.is_dir():
         corral_options["remotes"] = str(remotes)
     else:

@@ -15,10 +15,12 @@ context-free in general and is unsupported unless at most one element is possibl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import product
 from typing import TYPE_CHECKING, Any
 
 from grammars.errors import GrammarError
 from grammars.frontends.json_schema.document import Located
+from grammars.frontends.json_schema.values import literal_values
 from grammars.ir import NOTHING, Expr, Ref, alt, seq
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,6 +35,8 @@ ARRAY_KEYWORDS = frozenset(
 
 #: ``contains`` schemas counted together in one array (elements claim subsets of them)
 MAX_CONTAINS = 3
+#: candidate arrays enumerated for ``uniqueItems`` over finite element sets
+MAX_FINITE_ARRAYS = 4096
 
 
 @dataclass(frozen=True)
@@ -137,7 +141,10 @@ def array_expr(c: "SchemaCompiler", conj: "Conjunction") -> Expr:
     if high is not None and low > high:
         return NOTHING
     if rules.unique and (high is None or high > 1):
-        c.unsupported("uniqueItems", rules.where, "uniqueItems with more than one possible element is not context-free")
+        arrays = _finite_arrays(c, conj, rules, low, high)
+        if arrays is not None:
+            return literal_values(arrays, lay)
+        c.unsupported("uniqueItems", rules.where, "uniqueItems over more than a small finite set of arrays is not context-free")
     contains = _merged_contains(rules.contains)
     if contains:
         body = _contains_body(c, rules, positions, rest_parts, rest, contains, low, high)
@@ -155,6 +162,52 @@ def array_expr(c: "SchemaCompiler", conj: "Conjunction") -> Expr:
         stop = lay.end(i > 0) if i >= low else NOTHING
         body = alt([take, stop])
     return lay.array(body)
+
+
+def _finite_values(c, parts: list) -> list | None:
+    """The values ``parts`` allow when they are few and known (an enum, or only null/booleans)."""
+    conj = c.conjunction(parts)
+    if conj.pending or conj.is_empty:
+        return None if conj.pending else []
+    if conj.enum is not None:
+        candidates = conj.enum
+    elif conj.types <= {"null", "boolean"}:
+        candidates = [None, True, False]
+    else:
+        return None
+    from grammars.frontends.json_schema.compiler import value_has_type
+
+    return [v for v in candidates if value_has_type(v, conj.types) and all(c.satisfies(v, a) for a in conj.atoms)]
+
+
+def _finite_arrays(c, conj, rules: ArrayRules, low: int, high: int | None) -> list | None:
+    """Every array the conjunction allows, when its length is bounded and each element comes
+    from a small finite set (``uniqueItems`` is then a filter); None otherwise."""
+    if high is None:
+        return None
+    length = max((len(r.prefix) for r in rules.item_rules), default=0)
+    choices = []
+    for i in range(high):
+        parts = [loc for r in rules.item_rules if (loc := r.at(i)) is not None] if i < length else [r.rest for r in rules.item_rules if r.rest is not None]
+        values = _finite_values(c, parts)
+        if values is None:
+            return None
+        choices.append(values)
+    total, count = 0, 1
+    for n in range(low, high + 1):
+        count = 1
+        for values in choices[:n]:
+            count *= max(len(values), 1)
+        total += count
+    if total > MAX_FINITE_ARRAYS:
+        return None
+    out = []
+    for n in range(low, high + 1):
+        for array in product(*choices[:n]):
+            value = list(array)
+            if all(c.satisfies(value, a) for a in conj.atoms):
+                out.append(value)
+    return out
 
 
 def _merged_contains(entries: list) -> list:

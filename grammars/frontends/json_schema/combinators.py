@@ -61,6 +61,8 @@ __all__ = [
 
 ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
 FORBIDDEN: dict = {"not": {}}  # a schema no value satisfies, valid in every draft (unlike `false` in draft 4)
+#: branches of a ``oneOf`` whose negation is built (it has a piece per pair of branches)
+MAX_NEGATED_ONE_OF = 6
 #: patternProperties regions are 2**patterns; more patterns than this in one object is unsupported
 MAX_KEY_PATTERNS = 6
 #: states of one code-point DFA
@@ -274,17 +276,22 @@ def apply_unevaluated(c: "SchemaCompiler", conj: "Conjunction", part: Located, v
         raise UnsupportedSchemaError(keyword, part.where, f"more than {MAX_UNEVALUATED_CONDITIONS} conditional sources of evaluated {'items' if items else 'properties'}")
     rest = c.document.child(part, value, keyword)
     order = list(chains)
-    seen: dict[_Evaluated, int] = {}
+    kept: list[tuple[int, _Evaluated]] = []
     branches: list[tuple] = []
-    for mask in range(1 << len(order)):  # by increasing subset: a superset adding nothing is dropped
+    for mask in range(1 << len(order)):  # by increasing subset
         chosen = [order[i] for i in range(len(order)) if mask >> i & 1]
+        conditions = tuple(dict.fromkeys(loc for chain in chosen for loc in chain))
+        held = {loc.pointer for loc in conditions}
+        if any(not mask >> j & 1 and all(loc.pointer in held for loc in chain) for j, chain in enumerate(order)):
+            continue  # a chain these conditions imply is left out: the subset with it is weaker and visited too
+        if _two_one_of_branches(held):
+            continue  # contradicts the oneOf that holds them: an empty disjunct
         evaluated = static
         for chain in chosen:
             evaluated = evaluated | chains[chain]
-        if any(seen_mask & mask == seen_mask for e, seen_mask in seen.items() if e == evaluated):
-            continue
-        seen.setdefault(evaluated, mask)
-        conditions = tuple(dict.fromkeys(loc for chain in chosen for loc in chain))
+        if any(seen & mask == seen and e == evaluated for seen, e in kept):
+            continue  # a subset with the same evaluated set already covers it
+        kept.append((mask, evaluated))
         rule = () if evaluated.everything else (_unevaluated_rule(part, mask, rest, evaluated, items),)
         branches.append(conditions + rule)
     if len(branches) == 1:
@@ -292,6 +299,12 @@ def apply_unevaluated(c: "SchemaCompiler", conj: "Conjunction", part: Located, v
             c.apply(conj, loc)
     else:
         _disjunction(conj, keyword, part.where, branches)
+
+
+def _two_one_of_branches(pointers: set) -> bool:
+    """Do ``pointers`` hold two branches of one ``oneOf`` (``.../oneOf/i`` and ``.../oneOf/j``)?"""
+    owners = [p.rsplit("/", 1)[0] for p in pointers if p.rsplit("/", 1)[0].endswith("/oneOf")]
+    return len(owners) != len(set(owners))
 
 
 def _unevaluated_rule(part: Located, mask: int, rest: Located, evaluated: _Evaluated, items: bool) -> Located:
@@ -456,6 +469,10 @@ def negate(c: "SchemaCompiler", sub: Located) -> list[Located]:
             continue
         if key == "format" and not c.options.format_assertion:
             continue  # an annotation: constrains nothing
+        if key in ("unevaluatedProperties", "unevaluatedItems", "additionalProperties", "propertyNames") and _is_true(value):
+            continue  # constrains nothing
+        if key == "patternProperties" and isinstance(value, dict) and all(_is_true(v) for v in value.values()):
+            continue  # constrains nothing
         if key == "type":
             pieces.extend(_negate_type(parse_type(value, where), where))
         elif key == "enum":
@@ -494,6 +511,10 @@ def negate(c: "SchemaCompiler", sub: Located) -> list[Located]:
             pieces.extend({"corral:nots": [doc.child(sub, s, "allOf", str(i))]} for i, s in enumerate(value))
         elif key == "anyOf":
             pieces.append({"corral:nots": [doc.child(sub, s, "anyOf", str(i)) for i, s in enumerate(value)]})
+        elif key == "oneOf" and isinstance(value, list) and len(value) <= MAX_NEGATED_ONE_OF:
+            branches = [doc.child(sub, s, "oneOf", str(i)) for i, s in enumerate(value)]
+            pieces.append({"corral:nots": branches})  # no branch holds, or two do
+            pieces.extend({"corral:all": [a, b]} for i, a in enumerate(branches) for b in branches[i + 1:])
         elif key == "not":
             pieces.append(doc.child(sub, value, "not"))
         elif key == "if":

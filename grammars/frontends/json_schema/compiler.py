@@ -685,6 +685,8 @@ class SchemaCompiler:
             expr = alt(self._number_keywords(gap, conj.number_where, integer) for gap in _gaps(keywords, live, conj.number_where))
         else:
             expr = self._number_keywords(keywords, conj.number_where, integer)
+        if integer and expr != NOTHING and self.document.dialect >= 6:
+            expr = _with_zero_fractions(expr)
         if conj.not_integer and expr != NOTHING:
             from grammars.automata.byte_dfa import compile_regular, intersect
 
@@ -709,6 +711,21 @@ class SchemaCompiler:
                     keywords = {}
                 else:
                     raise
+
+
+def _with_zero_fractions(ints: Expr) -> Expr:
+    """Integer texts plus, for those of at most 15 digits, ``.0``, ``.00``, ...: from draft 6 on
+    ``1.0`` is an integer. Python reads it as a ``float``, which is exact up to 15 digits, so
+    bounds and ``multipleOf`` judge it as they judge ``1``; longer texts keep the integer form."""
+    from grammars.automata.byte_dfa import compile_regular, intersect
+    from grammars.frontends.json_schema.numbers import DIGIT, NONZERO_DIGIT, ROUND_TRIP_DIGITS
+    from grammars.ir import repeat, seq
+
+    short = seq([repeat(Literal("-"), 0, 1), alt([Literal("0"), seq([NONZERO_DIGIT, repeat(DIGIT, 0, ROUND_TRIP_DIGITS - 1)])])])
+    dfa = intersect(compile_regular(ints), compile_regular(short))
+    if dfa.is_empty_language:
+        return ints
+    return alt([ints, seq([dfa, Literal("."), repeat(Literal("0"), 1, None)])])
 
 
 def _gaps(keywords: dict, excluded: list, where: str) -> list[dict]:

@@ -89,3 +89,43 @@ def test_non_integer_numbers_agree_with_jsonschema(checker, name):
 @pytest.mark.parametrize("text", ["1.0", "1234567890123456.5", "0.0000000000000000001", "-7"])
 def test_non_integer_numbers_reject_integers_and_risky_texts(checker, text):
     assert not checker.accepts({"not": {"type": "integer"}}, text)
+
+
+UNIQUE = {
+    "booleans": {"prefixItems": [{"type": "boolean"}, {"type": "boolean"}], "items": False, "uniqueItems": True},
+    "enum-items": {"items": {"enum": [1, "a", [1]]}, "maxItems": 3, "uniqueItems": True},
+    "with-contains": {"items": {"enum": [1, 2, 3]}, "maxItems": 3, "uniqueItems": True, "contains": {"const": 2}},
+}
+SMALL_ARRAYS = [list(t) for n in range(4) for t in itertools.product([1, 2, True, False, "a", [1]], repeat=n)]
+
+
+@pytest.mark.parametrize("name", sorted(UNIQUE))
+def test_unique_items_over_finite_sets_agree_with_jsonschema(checker, name):
+    assert not checker.disagreements(UNIQUE[name], SMALL_ARRAYS)
+
+
+def test_unique_items_over_open_elements_is_unsupported():
+    with pytest.raises(UnsupportedSchemaError) as info:
+        parse_json_schema({"properties": {"a": {"items": {"type": "integer"}, "maxItems": 3, "uniqueItems": True}}})
+    assert (info.value.keyword, info.value.pointer) == ("uniqueItems", "#/properties/a")
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "integer"},
+    {"type": "integer", "minimum": 2, "maximum": 10},
+    {"type": "integer", "multipleOf": 3},
+    {"type": "integer", "not": {"const": 3}},
+    {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer"},
+])
+@pytest.mark.parametrize("text", ["1.0", "3.00", "-0.0", "12.0", "3", "1.5"])
+def test_zero_fraction_integers_follow_the_draft(checker, schema, text):
+    """``1.0`` is an integer from draft 6 on (not in draft 4); the oracle reads the text."""
+    import json
+
+    from schema_check import oracle
+
+    assert checker.accepts(schema, text) == oracle(schema).is_valid(json.loads(text))
+
+
+def test_long_zero_fraction_integers_stay_rejected(checker):
+    assert not checker.accepts({"type": "integer"}, "1234567890123456.0")
