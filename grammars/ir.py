@@ -233,12 +233,14 @@ def seq(items: Iterable[Expr]) -> Expr:
 
 def alt(items: Iterable[Expr]) -> Expr:
     flat: list[Expr] = []
+    seen: set[Expr] = set()
     for item in items:
         parts = item.items if isinstance(item, Alt) else (item,)
         for part in parts:
             if isinstance(part, Chars) and part.is_empty:
                 continue
-            if part not in flat:
+            if part not in seen:
+                seen.add(part)
                 flat.append(part)
     if not flat:
         return NOTHING

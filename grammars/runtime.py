@@ -227,7 +227,9 @@ class GrammarRuntime:
             return self.zero_mask
         if len(parts) == 1:
             return parts[0]
-        result = np.bitwise_or.reduce(np.stack(parts), axis=0)
+        result = np.bitwise_or(parts[0], parts[1])
+        for part in parts[2:]:
+            np.bitwise_or(result, part, out=result)
         result.setflags(write=False)
         return result
 

@@ -95,6 +95,8 @@ class _Lowering:
         # a wholly regular grammar stays one terminal (its token DFA is what regex users get)
         self.split_runs = self.start_name not in self.inlinable
         self._expanded: dict[str, Expr] = {}
+        self._expansions: dict[Expr, Expr] = {}
+        self._regular: dict[Expr, bool] = {}
         self.nt_names: list[str] = []
         self.nt_index: dict[object, int] = {}
         self.productions: list[Production] = []
@@ -136,23 +138,36 @@ class _Lowering:
         return inlinable
 
     def _is_regular(self, expr: Expr) -> bool:
-        return all(ref in self.inlinable for ref in _refs(expr))
+        hit = self._regular.get(expr)
+        if hit is None:
+            hit = self._regular[expr] = all(ref in self.inlinable for ref in _refs(expr))
+        return hit
 
     def _expand(self, expr: Expr) -> Expr:
-        """Inline every (inlinable) reference, giving a Ref-free regular expression."""
+        """Inline every (inlinable) reference, giving a Ref-free regular expression.
+
+        Memoised, so one sub-expression expands to one object: cache lookups keyed by the
+        expansion then compare by identity instead of walking equal trees.
+        """
         if isinstance(expr, Ref):
             cached = self._expanded.get(expr.name)
             if cached is None:
                 cached = self._expand(self.rules[expr.name])
                 self._expanded[expr.name] = cached
             return cached
-        if isinstance(expr, Seq):
-            return Seq(tuple(self._expand(e) for e in expr.items))
-        if isinstance(expr, Alt):
-            return Alt(tuple(self._expand(e) for e in expr.items))
-        if isinstance(expr, Repeat):
-            return Repeat(self._expand(expr.item), expr.min, expr.max)
-        return expr
+        if not isinstance(expr, (Seq, Alt, Repeat)):
+            return expr
+        out = self._expansions.get(expr)
+        if out is None:
+            if isinstance(expr, Repeat):
+                item = self._expand(expr.item)
+                out = expr if item is expr.item else Repeat(item, expr.min, expr.max)
+            else:
+                items = tuple(self._expand(e) for e in expr.items)
+                same = all(a is b for a, b in zip(items, expr.items))
+                out = expr if same else type(expr)(items)
+            self._expansions[expr] = out
+        return out
 
     # --- building symbols ------------------------------------------------------------------
 
@@ -257,7 +272,7 @@ class _Lowering:
         return out
 
     def _big(self, piece: Expr) -> bool:
-        if isinstance(piece, Repeat) or (isinstance(piece, Alt) and _size(piece) > ALONE_MIN_SIZE):
+        if isinstance(piece, Repeat) or (isinstance(piece, Alt) and _size(piece, ALONE_MIN_SIZE) > ALONE_MIN_SIZE):
             piece = self.compile_dfa(piece)  # memoised; a terminal containing it reuses it
         return getattr(piece, "n_states", 0) > ALONE_STATES
 
@@ -378,16 +393,24 @@ def _refs(expr: Expr):
             stack.append(e.item)
 
 
-def _size(expr: Expr) -> int:
-    if isinstance(expr, (Seq, Alt)):
-        return 1 + sum(_size(e) for e in expr.items)
-    if isinstance(expr, Repeat):
-        # bounded repeats unroll into copies in the DFA
-        copies = expr.max if expr.max is not None else max(expr.min, 1)
-        return 1 + _size(expr.item) * max(1, min(copies, 64))
-    if isinstance(expr, Literal):
-        return 1 + len(expr.text)
-    return 1
+def _size(expr: Expr, cap: int | None = None) -> int:
+    """IR nodes of ``expr`` with bounded repetitions unrolled (up to 64 copies); with ``cap``, any
+    value above ``cap`` once the count passes it."""
+    total = 0
+    stack: list[tuple[Expr, int]] = [(expr, 1)]
+    while stack:
+        e, weight = stack.pop()
+        total += weight
+        if cap is not None and total > cap:
+            return total
+        if isinstance(e, (Seq, Alt)):
+            stack.extend((item, weight) for item in e.items)
+        elif isinstance(e, Repeat):
+            copies = e.max if e.max is not None else max(e.min, 1)
+            stack.append((e.item, weight * max(1, min(copies, 64))))
+        elif isinstance(e, Literal):
+            total += weight * len(e.text)
+    return total
 
 
 def _nullable(prods: list[Production]) -> set[int]:
