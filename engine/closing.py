@@ -50,10 +50,8 @@ class ClosingPlanner:
         self._cache: OrderedDict = OrderedDict()
         self._cache_size = int(cache_size)
         self.searches = 0
-        special = vocab.special_token_ids
-        spelled = {piece for tid, piece in enumerate(vocab.token_bytes) if len(piece) == 1 and tid not in special}
         #: every byte is a token: a text of n bytes takes at most n tokens (``fits`` skips tokenizing)
-        self._bytes_are_tokens = len(spelled) == 256
+        self._bytes_are_tokens = _spells_every_byte(vocab)
 
     def fits(self, matcher, budget: int) -> bool | None:
         """Whether a completion plus EOS fits in ``budget`` tokens; ``None`` if unknown.
@@ -99,3 +97,19 @@ class ClosingPlanner:
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return found
+
+
+_SPELLS_EVERY_BYTE: dict[tuple[int, frozenset], tuple[object, bool]] = {}
+
+
+def _spells_every_byte(vocab: TokenVocabulary) -> bool:
+    """Whether all 256 single bytes are non-special tokens; cached per vocabulary (a scan of it)."""
+    key = (id(vocab.token_bytes), frozenset(vocab.special_token_ids))
+    hit = _SPELLS_EVERY_BYTE.get(key)
+    if hit is None or hit[0] is not vocab.token_bytes:
+        special = vocab.special_token_ids
+        spelled = {piece for tid, piece in enumerate(vocab.token_bytes) if len(piece) == 1 and tid not in special}
+        if len(_SPELLS_EVERY_BYTE) > 8:
+            _SPELLS_EVERY_BYTE.clear()
+        hit = _SPELLS_EVERY_BYTE[key] = (vocab.token_bytes, len(spelled) == 256)
+    return hit[1]

@@ -10,10 +10,13 @@ stateful matcher). One step, for the rows still running:
 2. One ``LanguageModel.next_logits`` call scores every running row (the model reuses its KV
    cache; fast-forwarded tokens reach it together in one forward pass).
 3. For mask-based samplers the bitmask is applied to the whole batch in place
-   (``apply_token_bitmask_inplace``); samplers that test tokens themselves (AWRS, ASAp) get the
-   raw logits and read the matcher, as the ``samplers`` contract says.
-4. Each row's ``SamplingRun.draw`` picks a token with the row's own ``torch.Generator``; the
-   matcher advances; stop strings are checked; forced tokens are appended without sampling.
+   (``apply_token_bitmask_inplace`` semantics; on CPU one numpy ``unpackbits`` + ``putmask``);
+   samplers that test tokens themselves (AWRS, ASAp) get the raw logits and read the matcher, as
+   the ``samplers`` contract says. A batch without any constrained row skips steps 1 and 3
+   (only padding columns, and EOS under ``ignore_eos``, are set to ``-inf``).
+4. Each row's ``SamplingRun.draw`` picks a token with the row's own ``torch.Generator`` (greedy
+   ``direct_params`` take the argmax directly); the matcher advances; stop strings are checked;
+   forced tokens are appended without sampling.
 
 Guarantees:
 
