@@ -305,6 +305,8 @@ def summarize(rows: Sequence[Mapping], config: E2EConfig) -> dict:
         "invalid": sum(r.get("validity") in ("invalid", "unparsable") for r in ok),
         "unverifiable": unverifiable,
         "compliance_verifiable": valid / (len(ok) - unverifiable) if len(ok) > unverifiable else None,
+        "closable": sum(bool(r.get("closable")) for r in ok),
+        "valid_closable": sum(bool(r.get("closable")) and r.get("validity") == "valid" for r in ok),
         "truncated": sum(bool(r.get("truncated")) for r in ok),
         "finished_by_length": sum(r.get("finish_reason") == "length" for r in ok),
         "not_closable": sum(not r.get("closable") for r in ok),
@@ -366,6 +368,8 @@ def render_markdown(summary: Mapping, title: str = "End-to-end JSONSchemaBench")
     row("declared coverage (compiled)", f"{c}/{n} ({_pct(summary['declared_coverage'])})")
     row("empirical coverage (output validates)", f"{summary['valid']}/{n} ({_pct(summary['empirical_coverage'])})")
     row("compliance (valid among compiled)", f"{summary['valid']}/{c} ({_pct(summary['compliance'])})")
+    row("valid among generations whose closing fitted max_tokens",
+        f"{summary['valid_closable']}/{summary['closable']}")
     row("invalid or unparsable outputs", str(summary["invalid"]))
     row("unverifiable (jsonschema cannot check the schema)", str(summary["unverifiable"]))
     row("truncated while closing fitted max_tokens", str(summary["truncated"]))
