@@ -66,11 +66,45 @@ def _pack_alive(states, token_node, n_words):  # pragma: no cover - jitted
 
 
 @njit(cache=True, nogil=True)
-def _root_walk(parent, node_byte, token_node, flat, accepting, state, n_words):  # pragma: no cover - jitted
+def _root_walk(pre_node, pre_parent, pre_byte, pre_end, token_position, flat, accepting, state,
+               n_words):  # pragma: no cover - jitted
     """Packed mask of tokens alive from the root in ``state``, and the nodes where the DFA accepts.
 
-    One fused pass: a helper call or buffer growth inside the node loop made it 5x slower.
+    One pass over the trie in preorder (``TokenTrie.preorder``) that jumps over every subtree
+    whose first node is dead: a whitespace state visits the space-led part of the trie, not all
+    of it. A helper call or buffer growth inside the node loop made an earlier version 5x slower.
     """
+    n = pre_node.shape[0]
+    states = np.full(n + 1, -1, np.int32)  # by preorder position; the last slot is the sentinel
+    states[0] = state
+    n_acc = 0
+    i = 1
+    while i < n:
+        nxt = flat[states[pre_parent[i]] * 256 + pre_byte[i]]
+        if nxt < 0:
+            i = pre_end[i]
+            continue
+        states[i] = nxt
+        if accepting[nxt]:
+            n_acc += 1
+        i += 1
+    out_accept = np.empty(n_acc, np.int64)
+    if n_acc:
+        k = 0
+        for i in range(1, n):
+            st = states[i]
+            if st >= 0 and accepting[st]:
+                out_accept[k] = pre_node[i]
+                k += 1
+        out_accept.sort()
+    return _pack_alive(states, token_position, n_words), out_accept
+
+
+@njit(cache=True, nogil=True)
+def _linear_walk(parent, node_byte, token_node, flat, accepting, state, n_words):  # pragma: no cover - jitted
+    """``_root_walk`` as one linear pass over every node in breadth-first order: faster than the
+    preorder jumps when little of the trie is dead (a string body), since the states are then
+    written in the order ``_pack_alive`` reads them."""
     n = parent.shape[0]
     states = np.empty(n + 1, np.int32)
     states[0] = state
@@ -321,6 +355,9 @@ class WalkCache:
         self._edge_counts = np.diff(trie.edge_byte_start)
         self._load_kernels()
 
+    def _walk_root(self, flat, accepting, state: int):
+        return _root_walk(*self.trie.preorder, flat, accepting, state, self._words)
+
     def _load_kernels(self) -> None:
         """Call every kernel once on a dead one-state DFA: numba loads (or compiles) machine code
         on first call, ~0.1 s per kernel, which belongs to setup rather than to a first mask."""
@@ -329,7 +366,8 @@ class WalkCache:
         for arr in (dead, no):  # read-only like ByteDFA tables: numba types include the flag
             arr.setflags(write=False)
         trie = self.trie
-        _root_walk(trie.node_parent, trie.node_byte, trie.token_node, dead, no, 0, self._words)
+        self._walk_root(dead, no, 0)
+        _linear_walk(trie.node_parent, trie.node_byte, trie.token_node, dead, no, 0, self._words)
         bits = _node_bitset(_ROOT, trie.n_nodes)
         self._kernel_sub_walk(dead, no, 0, _ROOT, bits, True, 1)
         _child_byte_counts(trie.child_start, trie.child_count, trie.node_byte, _ROOT)
@@ -366,9 +404,11 @@ class WalkCache:
             # few subtrees start with an allowed byte (keywords, punctuation): walk only those
             tokens, accept = self._sub_walk(dfa, state, _ROOT, None)
             words = tokens_to_words(tokens, self._words)
+        elif reach * 2 < trie.n_nodes:  # whitespace, numbers: jump over the dead subtrees
+            words, accept = self._walk_root(_flat(dfa), dfa.accepting, state)
         else:
-            words, accept = _root_walk(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), dfa.accepting,
-                                       state, self._words)
+            words, accept = _linear_walk(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), dfa.accepting,
+                                         state, self._words)
         words.setflags(write=False)
         walk = PathWalk(words, None, accept, self._child_bytes(accept))
         with self._lock:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from numba import njit
 
 __all__ = ["TokenTrie"]
 
@@ -74,6 +76,20 @@ class TokenTrie:
             os.replace(tmp, path)
         except OSError:  # a read-only cache location only costs the rebuild next time
             pass
+
+    @cached_property
+    def preorder(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(node, parent position, byte, subtree end) per depth-first preorder position, and each
+        token's position (``n_nodes`` for the sentinel): a subtree is a contiguous range, so a
+        walk can jump over a dead one."""
+        node, parent, byte, end = _preorder(self.child_start, self.child_count, self.node_byte, self.subtree_size)
+        position = np.empty(self.n_nodes + 1, dtype=np.int64)
+        position[node] = np.arange(self.n_nodes)
+        position[self.n_nodes] = self.n_nodes
+        token_position = position[self.token_node]
+        for arr in (node, parent, byte, end, token_position):
+            arr.setflags(write=False)
+        return node, parent, byte, end, token_position
 
     @property
     def n_nodes(self) -> int:
@@ -143,3 +159,36 @@ class TokenTrie:
         for arr in arrays:
             arr.setflags(write=False)
         return cls(*arrays)
+
+
+@njit(cache=True, nogil=True)
+def _preorder(child_start, child_count, node_byte, subtree_size):  # pragma: no cover - jitted
+    """The trie in depth-first preorder: (node, parent position, byte, subtree end) per position.
+
+    A subtree is a contiguous range of positions, so a walk skips a dead subtree in one jump.
+    """
+    n = child_start.shape[0]
+    pre_node = np.empty(n, np.int32)
+    pre_parent = np.zeros(n, np.int32)
+    pre_byte = np.empty(n, np.uint8)
+    pre_end = np.empty(n, np.int32)
+    stack_node = np.empty(n, np.int64)
+    stack_parent = np.empty(n, np.int64)
+    stack_node[0] = 0
+    stack_parent[0] = 0
+    top = 1
+    pos = 0
+    while top > 0:
+        top -= 1
+        node = stack_node[top]
+        pre_node[pos] = node
+        pre_parent[pos] = stack_parent[top]
+        pre_byte[pos] = node_byte[node]
+        pre_end[pos] = pos + subtree_size[node]
+        c0 = child_start[node]
+        for c in range(c0 + child_count[node] - 1, c0 - 1, -1):  # first child on top
+            stack_node[top] = c
+            stack_parent[top] = pos
+            top += 1
+        pos += 1
+    return pre_node, pre_parent, pre_byte, pre_end

@@ -112,3 +112,17 @@ def test_counter_states_share_walks(walks):
     assert walks.root(dfa, 10) is first
     assert np.array_equal(walks.root(dfa, 58).mask, walks.root(dfa, 58).mask)
     assert not np.array_equal(walks.root(dfa, 58).mask, first.mask)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS + [r"[^a]*", r"d[a-d]*", r"[bc]{2,}a"])
+def test_root_walk_kernels_agree(walks, pattern):
+    """The preorder walk (jumps over dead subtrees) and the linear walk give the same result."""
+    from grammars.token_walk import _flat, _linear_walk
+
+    trie = walks.trie
+    dfa = compile_regular(parse_regex(pattern))
+    for state in range(dfa.n_states):
+        words, accept = walks._walk_root(_flat(dfa), dfa.accepting, state)
+        words2, accept2 = _linear_walk(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), dfa.accepting,
+                                       state, walks._words)
+        assert np.array_equal(words, words2) and np.array_equal(accept, accept2)
