@@ -18,6 +18,11 @@ constrain survives in the leaf that needs them. Synthetic schemas use internal k
 and remember their ``origin``, so a concrete value is always judged by ``jsonschema`` on the
 real schema (``evaluate``).
 
+``unevaluatedProperties``/``unevaluatedItems`` become ordinary key and item rules: what is
+evaluated is static up to *conditions* (an ``anyOf``/``oneOf`` branch or ``if`` that holds, a
+``dependentSchemas`` name that is present), so the keyword is a disjunction over sets of
+conditions (``apply_unevaluated``); ``contains`` sources make matching items evaluated.
+
 Languages. Patterns (JSON Schema ``pattern`` semantics: matches anywhere) become code-point
 DFAs with interval transitions; keys allowed in a ``patternProperties`` region ("matches these
 patterns, not those, and is not a declared name") are a product of such DFAs, written back as an
@@ -511,7 +516,7 @@ def negate(c: "SchemaCompiler", sub: Located) -> list[Located]:
             pieces.extend({"corral:nots": [doc.child(sub, s, "allOf", str(i))]} for i, s in enumerate(value))
         elif key == "anyOf":
             pieces.append({"corral:nots": [doc.child(sub, s, "anyOf", str(i)) for i, s in enumerate(value)]})
-        elif key == "oneOf" and isinstance(value, list) and len(value) <= MAX_NEGATED_ONE_OF:
+        elif key == "oneOf" and isinstance(value, list) and len(value) <= MAX_NEGATED_ONE_OF and not _refers_back(c, sub):
             branches = [doc.child(sub, s, "oneOf", str(i)) for i, s in enumerate(value)]
             pieces.append({"corral:nots": branches})  # no branch holds, or two do
             pieces.extend({"corral:all": [a, b]} for i, a in enumerate(branches) for b in branches[i + 1:])
@@ -547,6 +552,40 @@ def negate(c: "SchemaCompiler", sub: Located) -> list[Located]:
         else:
             out.append(_synthetic(sub, f"not{i}", piece, ("not", sub)))
     return out
+
+
+def _refers_back(c: "SchemaCompiler", start: Located, limit: int = 200) -> bool:
+    """Do ``start``'s references lead back into it (or its ancestors), or too far to tell?
+    Negating a ``oneOf`` pairs its branches; through a recursive reference that builds a
+    grammar far too large, so such a ``oneOf`` is left unnegated (unsupported)."""
+    doc = c.document
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        loc = todo.pop()
+        if loc.pointer in seen:
+            continue
+        seen.add(loc.pointer)
+        if len(seen) > limit:
+            return True
+        node = loc.node
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("enum", "const", "default", "examples"):
+                    continue
+                if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                    try:
+                        target = (doc.resolve if key == "$ref" else doc.resolve_dynamic)(value, loc)
+                    except GrammarError:
+                        return True
+                    if start.pointer == target.pointer or start.pointer.startswith(target.pointer.rstrip("/") + "/") or target.pointer == "#":
+                        return True
+                    todo.append(target)
+                elif isinstance(value, (dict, list)):
+                    todo.append(doc.child(loc, value, key))
+        elif isinstance(node, list):
+            todo.extend(doc.child(loc, item, str(i)) for i, item in enumerate(node) if isinstance(item, (dict, list)))
+    return False
 
 
 def _negate_contains(inner: Located, node: dict) -> list[dict]:

@@ -21,6 +21,10 @@ Rules: every ``$ref`` target becomes one IR rule (so recursion becomes IR recurs
 every merged conjunction (keyed by the set of parts, which makes recursive merges terminate);
 plain subschemas are inlined. The grammar compiler later inlines small rules into DFAs.
 
+References: ``$ref`` anywhere in the document or the ``registry`` option's documents;
+``$dynamicRef`` where its target does not depend on the dynamic scope
+(``SchemaDocument.resolve_dynamic``).
+
 Dialects: keywords of every draft from 4 to 2020-12 are understood (``definitions``, ``id``,
 ``dependencies``, boolean ``exclusiveMinimum``, array-form ``items`` + ``additionalItems``);
 ``$ref`` siblings are ignored in drafts 4–7 and applied from 2019-09 on, as the drafts say.
@@ -90,7 +94,7 @@ KEYWORD_DRAFTS = {
     "$dynamicAnchor": (2020, 2020),
 }
 #: a disjunction may expand into at most this many leaves
-MAX_LEAVES = 256
+MAX_LEAVES = 1024
 #: nesting of ``$ref``/``allOf``/``not`` applications before the schema is declared degenerate
 MAX_APPLY_DEPTH = 200
 #: internal keywords of synthetic schemas (never valid in user schemas: ``:`` is not used by drafts)

@@ -74,3 +74,22 @@ def test_unsupported_cases_name_keyword_and_pointer(schema, keyword, pointer):
     with pytest.raises(UnsupportedSchemaError) as info:
         parse_json_schema(schema)
     assert (info.value.keyword, info.value.pointer) == (keyword, pointer)
+
+
+def test_nested_one_of_sources(checker):
+    """Conditions through nested ``oneOf``s (negations of ``oneOf`` for the exclusive branches)."""
+    schema = {"$defs": {"two": {"oneOf": [{"required": ["c"], "properties": {"c": True}},
+                                          {"required": ["d"], "properties": {"d": True}}]}},
+              "oneOf": [{"$ref": "#/$defs/two"}, {"required": ["a"], "properties": {"a": True}}],
+              "unevaluatedProperties": False}
+    instances = [{"a": 1}, {"c": 1}, {"d": 1}, {"c": 1, "d": 1}, {"a": 1, "c": 1}, {"c": 1, "x": 1}, {}]
+    assert not checker.disagreements(schema, instances, property_order="any")
+
+
+def test_recursive_one_of_is_not_negated():
+    """Excluding a ``oneOf`` branch that refers back to the ``oneOf`` would pair branches without end."""
+    schema = {"$defs": {"t": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"$ref": "#/$defs/t"}}]}},
+              "oneOf": [{"$ref": "#/$defs/t"}, {"type": "array", "maxItems": 1}]}
+    with pytest.raises(UnsupportedSchemaError) as info:
+        parse_json_schema(schema)
+    assert info.value.keyword == "oneOf"
