@@ -117,7 +117,7 @@ class ByteDFA:
         """Digest of (start, table, accepting): equal languages give equal keys."""
         h = hashlib.blake2b(digest_size=20)
         h.update(np.array([self.start, self.n_states], dtype=np.int64).tobytes())
-        h.update(self.table.tobytes())
+        h.update(self.table)  # contiguous: hashed in place, not copied
         h.update(np.packbits(self.accepting).tobytes())
         return h.digest()
 
@@ -206,12 +206,14 @@ class _NFA:
     ``edges[s]`` are relative to ``offset[s]``.
     """
 
-    __slots__ = ("eps", "edges", "offset", "limit", "limits", "sub")
+    __slots__ = ("eps", "edges", "offset", "limit", "limits", "sub", "built")
 
     def __init__(self, limits: Limits, sub: "Callable[[Expr], ByteDFA] | None" = None):
         self.eps: list[list[int]] = []
         self.edges: list[list[tuple[int, int, int]]] = []
         self.offset: list[int] = []
+        #: small sequences and alternatives already built, as replayable snapshots
+        self.built: dict[Expr, tuple] = {}
         self.limits = limits
         self.limit = limits.max_nfa_states
         self.sub = sub
@@ -249,11 +251,50 @@ class _NFA:
         return self.new(), self.new()
 
     def build(self, expr: Expr, root: bool = False) -> tuple[int, int]:
-        """The fragment of ``expr``; below the ``root``, repetitions come from ``sub`` when given."""
+        """The fragment of ``expr``; below the ``root``, repetitions come from ``sub`` when given.
+
+        A small sequence or alternative met again (the encodings of one character recur in
+        every key that contains it) is copied from a snapshot of its first build.
+        """
+        if isinstance(expr, (Seq, Alt)):
+            snap = self.built.get(expr)
+            if snap is not None:
+                return self._replay(snap)
+            lo = len(self.eps)
+            start, end = self._compound(expr)
+            hi = len(self.eps)
+            if hi - lo <= _SNAPSHOT_STATES:  # before any parent adds epsilon edges leaving the block
+                self.built[expr] = (lo, [list(e) for e in self.eps[lo:hi]], self.edges[lo:hi], self.offset[lo:hi],
+                                    start, end)
+            return start, end
         if isinstance(expr, Literal):
             return self._literal(expr.text)
         if isinstance(expr, Chars):
             return self._chars(expr.ranges)
+        if isinstance(expr, Repeat):
+            if self.sub is not None and not root and _worth_sharing(expr):  # embed its cached DFA
+                return self.dfa(self.sub(expr))
+            return self._repeat(expr.item, expr.min, expr.max)
+        if isinstance(expr, Ref):
+            raise UnsupportedGrammarError(
+                f"rule reference {expr.name!r} inside a regular expression: references are not "
+                "regular; inline them before compile_regular"
+            )
+        if isinstance(expr, ByteDFA):
+            return self.dfa(expr)
+        raise TypeError(f"not an IR expression: {expr!r}")
+
+    def _replay(self, snap: tuple) -> tuple[int, int]:
+        lo, eps, edges, offset, start, end = snap
+        off = len(self.eps) - lo
+        if len(self.eps) + len(eps) > self.limit:
+            raise self._overflow()
+        self.eps.extend([[t + off for t in e] if e else [] for e in eps])
+        self.edges.extend(edges)
+        self.offset.extend([o + off for o in offset])
+        return start + off, end + off
+
+    def _compound(self, expr: Seq | Alt) -> tuple[int, int]:
         if isinstance(expr, Seq):
             if not expr.items:
                 s = self.new()
@@ -274,18 +315,6 @@ class _NFA:
                 eps[s].append(fs)
                 eps[fe].append(e)
             return s, e
-        if isinstance(expr, Repeat):
-            if self.sub is not None and not root and _worth_sharing(expr):  # embed its cached DFA
-                return self.dfa(self.sub(expr))
-            return self._repeat(expr.item, expr.min, expr.max)
-        if isinstance(expr, Ref):
-            raise UnsupportedGrammarError(
-                f"rule reference {expr.name!r} inside a regular expression: references are not "
-                "regular; inline them before compile_regular"
-            )
-        if isinstance(expr, ByteDFA):
-            return self.dfa(expr)
-        raise TypeError(f"not an IR expression: {expr!r}")
 
     def _literal(self, text: str) -> tuple[int, int]:
         try:
@@ -397,6 +426,10 @@ class _NFA:
             eps[q].append(end)
         self.eps.extend(eps)
         return base + dfa.start, end
+
+
+#: sequences and alternatives whose fragment has at most this many states are replayed when met again
+_SNAPSHOT_STATES = 64
 
 
 def _worth_sharing(expr: Repeat) -> bool:

@@ -85,10 +85,11 @@ class _Lowering:
         self.start_name = grammar.start
         self.limits = limits
         self.compile_dfa = compile_dfa
+        self._ref_sets: dict[Expr, frozenset[str]] = {}
         if self.start_name not in self.rules:
             raise GrammarError(f"start rule {self.start_name!r} is not defined")
         for name, expr in self.rules.items():
-            for ref in _refs(expr):
+            for ref in self._refs(expr):
                 if ref not in self.rules:
                     raise GrammarError(f"rule {name!r} refers to undefined rule {ref!r}")
         self.inlinable = self._find_inlinable()
@@ -122,7 +123,7 @@ class _Lowering:
             expr = self.rules[name]
             ok = True
             size = _size(expr)
-            for ref in _refs(expr):
+            for ref in self._refs(expr):
                 if not visit(ref):
                     ok = False
                 else:
@@ -137,10 +138,40 @@ class _Lowering:
             visit(name)
         return inlinable
 
+    def _refs(self, expr: Expr) -> frozenset[str]:
+        """Names of the rules ``expr`` refers to, memoised per node: rules share big subtrees
+        (string encodings), which a plain traversal walked once per rule and per query."""
+        if isinstance(expr, Ref):
+            return frozenset((expr.name,))
+        if not isinstance(expr, (Seq, Alt, Repeat)):
+            return _NO_REFS
+        memo = self._ref_sets
+        hit = memo.get(expr)
+        if hit is not None:
+            return hit
+        stack: list[tuple[Expr, bool]] = [(expr, False)]
+        while stack:
+            e, ready = stack.pop()
+            if e in memo:
+                continue
+            kids = e.items if isinstance(e, (Seq, Alt)) else (e.item,)  # type: ignore[union-attr]
+            if not ready:
+                stack.append((e, True))
+                stack.extend((k, False) for k in kids if isinstance(k, (Seq, Alt, Repeat)) and k not in memo)
+                continue
+            names: set[str] = set()
+            for k in kids:
+                if isinstance(k, Ref):
+                    names.add(k.name)
+                elif isinstance(k, (Seq, Alt, Repeat)):
+                    names |= memo[k]
+            memo[e] = frozenset(names) if names else _NO_REFS
+        return memo[expr]
+
     def _is_regular(self, expr: Expr) -> bool:
         hit = self._regular.get(expr)
         if hit is None:
-            hit = self._regular[expr] = all(ref in self.inlinable for ref in _refs(expr))
+            hit = self._regular[expr] = all(ref in self.inlinable for ref in self._refs(expr))
         return hit
 
     def _expand(self, expr: Expr) -> Expr:
@@ -379,18 +410,7 @@ class _Lowering:
 
 
 _EPSILON = object()
-
-
-def _refs(expr: Expr):
-    stack = [expr]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, Ref):
-            yield e.name
-        elif isinstance(e, (Seq, Alt)):
-            stack.extend(e.items)
-        elif isinstance(e, Repeat):
-            stack.append(e.item)
+_NO_REFS: frozenset[str] = frozenset()
 
 
 def _size(expr: Expr, cap: int | None = None) -> int:
