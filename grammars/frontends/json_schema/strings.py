@@ -36,6 +36,7 @@ implicit character counter and only pays for the states that are reachable.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Collection, Iterable, Literal as TypingLiteral
 
 import numpy as np
@@ -188,8 +189,13 @@ def _hex_exact(value: int) -> list[Expr]:
     return out
 
 
+@lru_cache(maxsize=4096)
 def _encode_one(cp: int, escapes: Escapes) -> Expr:
-    """``encode_chars`` for a single code point (the hot path of keys and ``const``)."""
+    """``encode_chars`` for a single code point (the hot path of keys and ``const``).
+
+    Memoised (a pure function of two small values): every occurrence of a character is then
+    one object, which hashing, equality and the automaton builder's snapshots meet by identity.
+    """
     if 0xD800 <= cp <= 0xDFFF:
         return NOTHING
     c = chr(cp)
