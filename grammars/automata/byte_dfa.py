@@ -145,9 +145,9 @@ class ByteDFA:
         ends = np.where(same_row, ends, 255)
         tgts = table[rows, starts]
         keep = tgts >= 0
-        runs: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
-        for q, a, b, t in zip(rows[keep].tolist(), starts[keep].tolist(), ends[keep].tolist(), tgts[keep].tolist()):
-            runs[q].append((a, b, t))
+        rows, starts, ends, tgts = rows[keep], starts[keep].tolist(), ends[keep].tolist(), tgts[keep].tolist()
+        bounds = np.searchsorted(rows, np.arange(n + 1)).tolist()
+        runs = [list(zip(starts[a:b], ends[a:b], tgts[a:b])) for a, b in zip(bounds, bounds[1:])]
         return runs, np.nonzero(self.accepting)[0].tolist()
 
     # -- running ------------------------------------------------------------------------

@@ -122,7 +122,7 @@ class _Lowering:
             state[name] = 0
             expr = self.rules[name]
             ok = True
-            size = _size(expr)
+            size = _size(expr, INLINE_BUDGET)  # only "within the budget?" matters
             for ref in self._refs(expr):
                 if not visit(ref):
                     ok = False
