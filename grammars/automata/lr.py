@@ -210,7 +210,7 @@ class Parser:
         lr = self.lr
         rhs_len = self._rhs_len
         lhs = lr.lhs
-        shifts: dict[int, list[tuple[StackNode, int]]] = {}
+        shifts: dict[int, dict[tuple[StackNode, int], None]] = {}  # ordered sets of (node, goto state)
         accepts = False
         seen = {id(stack)}
         work = [stack]
@@ -220,10 +220,10 @@ class Parser:
             if st.accepts:
                 accepts = True
             for terminal, target in lr.terminal_targets(node.state):
-                bucket = shifts.setdefault(terminal, [])
-                pair = (node, target)
-                if pair not in bucket:
-                    bucket.append(pair)
+                bucket = shifts.get(terminal)
+                if bucket is None:
+                    bucket = shifts[terminal] = {}
+                bucket[(node, target)] = None
             for p in st.reductions:
                 base = node
                 for _ in range(rhs_len[p]):
