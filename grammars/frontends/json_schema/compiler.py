@@ -93,8 +93,6 @@ KEYWORD_DRAFTS = {
     "$recursiveRef": (2019, 2019), "$recursiveAnchor": (2019, 2019), "$dynamicRef": (2020, 2020),
     "$dynamicAnchor": (2020, 2020),
 }
-#: a disjunction may expand into at most this many leaves
-MAX_LEAVES = 1024
 #: nesting of ``$ref``/``allOf``/``not`` applications before the schema is declared degenerate
 MAX_APPLY_DEPTH = 200
 #: internal keywords of synthetic schemas (never valid in user schemas: ``:`` is not used by drafts)
@@ -417,7 +415,7 @@ class SchemaCompiler:
             # so a $ref branch stays one shared rule
             disjunction = conj.pending[0]
             disjoint = disjunction.keyword == "anyOf" or not combinators.overlapping_pairs(
-                self, [self.leaves(self.conjunction(branch), [MAX_LEAVES]) for branch in disjunction.branches]
+                self, [self.leaves(self.conjunction(branch), [self.options.max_combinations]) for branch in disjunction.branches]
             )
             if disjoint:
                 return alt(self.value(branch) for branch in disjunction.branches)
@@ -525,13 +523,13 @@ class SchemaCompiler:
 
     def leaves(self, conj: Conjunction, budget: list[int] | None = None) -> list[Conjunction]:
         """Distribute pending disjunctions: conjunctions without any, whose union is ``conj``."""
-        budget = budget if budget is not None else [MAX_LEAVES]
+        budget = budget if budget is not None else [self.options.max_combinations]
         if conj.is_empty:
             return []
         if conj.enum is not None or not conj.pending:
             budget[0] -= 1
             if budget[0] < 0:
-                raise UnsupportedSchemaError("anyOf", conj.pending[0].where if conj.pending else "#", f"more than {MAX_LEAVES} combinations of alternatives")
+                raise UnsupportedSchemaError("anyOf", conj.pending[0].where if conj.pending else "#", f"more than {self.options.max_combinations} combinations of alternatives (JsonSchemaOptions.max_combinations)")
             return [conj]
         rest = conj.copy()
         disjunction = rest.pending.pop(0)
@@ -551,7 +549,7 @@ class SchemaCompiler:
                 option = probe.copy()
                 for part in branch:
                     self.apply(option, part)
-                probes.append(self.leaves(option, [MAX_LEAVES]))
+                probes.append(self.leaves(option, [self.options.max_combinations]))
             overlapping = combinators.overlapping_pairs(self, probes)
             if overlapping:
                 groups = self._exclusive(rest, disjunction, overlapping, groups, budget)

@@ -67,6 +67,12 @@ class JsonSchemaOptions:
         an annotation, as drafts 2019-09 and 2020-12 specify unless the format-assertion
         vocabulary is in use (and as the JSON Schema Test Suite's main files expect): it
         constrains nothing, whatever the format name.
+    ``max_combinations``
+        Most leaves one value's alternatives (``anyOf``, ``oneOf``, ``if``, dependencies,
+        negations, ``unevaluated*`` conditions) may expand into before the schema is refused
+        (default 256). Each leaf is a grammar of its own: raising it lets more deeply combined
+        schemas compile, at a compile time that grows with it (some MaskBench schemas that fail
+        in a second at 256 take over a minute to fail at 1024).
     ``registry``
         Schema documents by URI, for ``$ref``s that leave the document (multi-file schemas,
         ``http://example.com/common.json#/$defs/x``). A mapping ``{uri: schema}`` (schemas as
@@ -83,6 +89,7 @@ class JsonSchemaOptions:
     lenient: bool = False
     unknown_keywords: UnknownKeywords = "ignore"
     format_assertion: bool = True
+    max_combinations: int = 256
     registry: Any = ()
 
     def __post_init__(self) -> None:
@@ -91,6 +98,7 @@ class JsonSchemaOptions:
         _choice("unknown_keywords", self.unknown_keywords, UnknownKeywords)
         _integer("max_whitespace", self.max_whitespace, low=0)
         _integer("any_order_limit", self.any_order_limit, low=0, high=16)
+        _integer("max_combinations", self.max_combinations, low=1, high=1 << 16)
         object.__setattr__(self, "registry", _registry(self.registry))
         for name in ("additional_properties_default", "lenient", "format_assertion"):
             if not isinstance(getattr(self, name), bool):

@@ -209,3 +209,14 @@ def test_bad_json_text_is_a_syntax_error_with_position():
 def test_not_a_schema_document(value):
     with pytest.raises(GrammarError):
         load_schema(value)
+
+
+def test_max_combinations_bounds_the_leaves():
+    schema = {"allOf": [{"anyOf": [{"properties": {f"p{i}": {"type": "string"}}}, {"properties": {f"p{i}": {"maxLength": 2}}}]}
+                        for i in range(9)]}  # 2**9 leaves
+    with pytest.raises(UnsupportedSchemaError, match="more than 256 combinations") as info:
+        parse(schema)
+    assert info.value.keyword == "anyOf"
+    assert parse_json_schema(load_schema(schema), JsonSchemaOptions(max_combinations=1024)).rules
+    with pytest.raises(ValueError):
+        JsonSchemaOptions(max_combinations=0)
