@@ -25,7 +25,7 @@ __all__ = ["TerminalCFG", "Production", "lower_grammar", "is_terminal", "termina
 
 #: A regular rule is inlined into its users when its expanded IR has at most this many nodes;
 #: bigger ones stay nonterminals so one huge DFA is never built from many small rules.
-INLINE_BUDGET = 4000
+INLINE_BUDGET = 1000
 #: A piece of a regular run whose DFA has more states than this becomes a terminal of its own
 #: (shared by every context) instead of being merged with its neighbours.
 ALONE_STATES = 256
