@@ -36,8 +36,9 @@ implicit character counter and only pays for the states that are reachable.
 
 from __future__ import annotations
 
+import typing
 from functools import lru_cache
-from typing import Collection, Iterable, Literal as TypingLiteral
+from typing import Collection, Iterable
 
 import numpy as np
 
@@ -88,7 +89,7 @@ __all__ = [
 ]
 
 #: which encodings of a character ``encode_chars`` produces
-Escapes = TypingLiteral["all", "minimal"]
+Escapes = typing.Literal["all", "minimal"]
 
 QUOTE = Literal('"')
 _BACKSLASH = Literal("\\")
