@@ -30,6 +30,7 @@ schema), ``summary.json``, ``summary.md`` (also printed) and ``e2e.png``.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import sys
 import time
@@ -489,6 +490,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="", help="only these splits, comma-separated (e.g. Github_easy,Kubernetes)")
     parser.add_argument("--sample", type=int, default=None, metavar="N",
                         help="a deterministic sample of N files (seeded, sorted)")
+    parser.add_argument("--only", default="", metavar="GLOBS",
+                        help="only files whose name matches one of these comma-separated globs")
     parser.add_argument("--max-tokens", type=int, default=128, help="token budget per generation, EOS included (128)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--seed", type=int, default=0, help="sample seed, and sampling seed when temperature > 0")
@@ -522,6 +525,9 @@ def main(args: argparse.Namespace) -> int:
     splits = {s.strip() for s in args.split.split(",") if s.strip()}
     if splits:
         files = [p for p in files if split_of(p.name) in splits]
+    globs = [g.strip() for g in args.only.split(",") if g.strip()]
+    if globs:
+        files = [p for p in files if any(fnmatch.fnmatch(p.name, g) for g in globs)]
     files = select_sample(files, args.sample, args.seed)
     if not files:
         log("no MaskBench files selected")
@@ -530,6 +536,7 @@ def main(args: argparse.Namespace) -> int:
                        seed=args.seed, unconstrained=not args.no_unconstrained, whitespace=args.whitespace)
     out = args.out or Path("runs") / f"e2e-{datetime.now():%Y%m%d-%H%M%S}"
     meta = {"command": " ".join(sys.argv), "data": str(data), "sample": args.sample, "split": args.split,
+            "only": args.only,
             "cpu": _cpu_name(), "started": datetime.now().isoformat(timespec="seconds")}
     log(f"e2e: {len(files)} schemas, max_tokens {args.max_tokens}, timeout {args.timeout:g} s -> {out}")
     run_e2e(files, config, out, timeout_s=args.timeout, progress=not args.no_progress, meta=meta)

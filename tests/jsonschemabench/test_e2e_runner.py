@@ -163,8 +163,15 @@ def test_worker_run_writes_outputs_and_enforces_the_time_limit(model_dir, data_d
     assert timed["outcomes"]["timeout"] == 1
 
 
-def test_command_line(tmp_path, data_dir):
+def test_command_line(tmp_path, data_dir, model_dir, capsys):
     args = build_parser().parse_args(["e2e", "--model", str(tmp_path / "none"), "--data", str(data_dir),
                                       "--sample", "2", "--split", "Synthetic_easy", "--max-tokens", "16"])
     assert args.run is e2e.main and args.sample == 2 and args.max_tokens == 16
     assert args.run(args) == 2  # no model there: a clear message, not a traceback
+    only = build_parser().parse_args(["e2e", "--model", str(model_dir), "--data", str(data_dir), "--only",
+                                      "*list.json,*refused.json", "--max-tokens", "16", "--no-unconstrained",
+                                      "--no-progress", "--out", str(tmp_path / "only")])
+    assert only.run(only) == 0
+    summary = json.loads((tmp_path / "only" / "summary.json").read_text())
+    assert summary["schemas"] == 2 and summary["compiled"] == 1 and summary["throughput"]["paired_schemas"] == 0
+    assert "End-to-end JSONSchemaBench" in capsys.readouterr().out
