@@ -418,9 +418,10 @@ def plot(rows: Sequence[Mapping], path: Path) -> Path | None:
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
     for ax, (title, data) in zip(axes, series):
         for label, values in data.items():
-            x, y = report._survival(1e3 * np.asarray([v for v in values if v is not None], dtype=np.float64))
+            sample = 1e3 * np.asarray([v for v in values if v is not None], dtype=np.float64)
+            x, y = report._survival(sample)
             if x.size:
-                ax.step(x, y, where="post", label=f"{label} (n={x.size - 1 if x.size > 1 else 1:,})")
+                ax.step(x, y, where="post", label=f"{label} (n={sample.size:,})")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("ms")
