@@ -61,6 +61,7 @@ __all__ = [
     "apply_dependencies", "apply_dependent_required", "apply_dependent_schemas", "apply_internal",
     "apply_unevaluated_properties", "apply_unevaluated_items",
     "negate", "evaluate", "overlapping_pairs", "apply_negations", "provably_disjoint", "pattern_search",
+    "pattern_strings",
     "add_pattern", "restricted_string", "key_regions", "CodePointDFA",
 ]
 
@@ -776,6 +777,11 @@ def _pattern_dfa(c: "SchemaCompiler", pattern: str, where: str) -> "CodePointDFA
     return dfa
 
 
+def pattern_strings(c: "SchemaCompiler", pattern: str, where: str, limit: int) -> list[str] | None:
+    """The strings ``pattern`` matches (search semantics) when finite and at most ``limit``; else ``None``."""
+    return _pattern_dfa(c, pattern, where).finite_strings(limit)
+
+
 def add_pattern(c: "SchemaCompiler", conj: "Conjunction", pattern: str, where: str) -> None:
     """A second ``pattern`` in one conjunction: both must match (intersection at the leaf)."""
     conj.not_patterns.append((pattern, where, True))
@@ -976,6 +982,44 @@ class CodePointDFA:
                 return False
             state = row[i][2]
         return self.accept[state]
+
+    def finite_strings(self, limit: int) -> list[str] | None:
+        """Every accepted string, when there are at most ``limit`` of them; else ``None``.
+
+        A cycle through a state that can still reach acceptance means infinitely many strings.
+        """
+        live = [bool(a) for a in self.accept]
+        changed = True
+        while changed:  # states from which an accepting state is reachable
+            changed = False
+            for s, row in enumerate(self.trans):
+                if not live[s] and any(live[t] for _, _, t in row):
+                    live[s] = changed = True
+        if not live[0]:
+            return []
+        out: list[str] = []
+        on_path = [False] * len(self.trans)
+
+        def visit(state: int, prefix: str) -> bool:
+            if on_path[state]:
+                return False  # a live cycle
+            if self.accept[state]:
+                out.append(prefix)
+                if len(out) > limit:
+                    return False
+            on_path[state] = True
+            for lo, hi, target in self.trans[state]:
+                if not live[target]:
+                    continue
+                if hi - lo >= limit:
+                    return False
+                for cp in range(lo, hi + 1):
+                    if not visit(target, prefix + chr(cp)):
+                        return False
+            on_path[state] = False
+            return True
+
+        return out if visit(0, "") else None
 
     def product(self, other: "CodePointDFA", mode: str, where: str) -> "CodePointDFA":
         """``and`` (both accept) or ``diff`` (self accepts, other does not)."""

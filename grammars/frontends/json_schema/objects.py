@@ -178,6 +178,12 @@ def object_expr(c: "SchemaCompiler", conj: "Conjunction") -> Expr:
         return NOTHING
     if extra is None and len(members) < low:
         return NOTHING
+    if extra is not None and low >= 2 and len(members) + 1 < low:
+        # meeting the bound needs two or more distinct undeclared keys (see _Automaton)
+        c.unsupported("minProperties", rules.where,
+                      f"minProperties {low} needs {low - len(members)} distinct undeclared keys; a grammar "
+                      "cannot exclude duplicate keys")
+        low = 0
     body = object_body(c, members, extra, low, high, hint=rules.where)
     return lay.object(body)
 
@@ -186,9 +192,18 @@ def _closed_by_default(c: "SchemaCompiler", rules: ObjectRules) -> bool:
     return not c.options.additional_properties_default and all(r.additional is None for r in rules.key_rules)
 
 
-def _finite_property_names(c: "SchemaCompiler", rules: ObjectRules, known: dict) -> tuple[list[str], bool]:
-    """Names ``propertyNames`` allows when that is a finite set (they become declared members).
+#: a closed object whose patterns match at most this many names gets one declared member per name
+MAX_PATTERN_NAMES = 64
 
+
+def _finite_property_names(c: "SchemaCompiler", rules: ObjectRules, known: dict) -> tuple[list[str], bool]:
+    """Undeclared names that can be listed — from a finite ``propertyNames`` enum, or from the
+    patterns of a closed object (``additionalProperties: false`` with finite patterns such as
+    ``^[a-d]$``) — which then become declared members.
+
+    Pattern names are listed only for ``minProperties`` of 2 or more: declared members appear at
+    most once each, so counting them counts distinct keys, which extra members cannot guarantee
+    (see ``_Automaton``); otherwise they stay extra members, free to sit anywhere.
     Returns (extra declared names, whether other undeclared keys remain possible)."""
     finite: set | None = None
     for pn in rules.property_names:
@@ -196,10 +211,26 @@ def _finite_property_names(c: "SchemaCompiler", rules: ObjectRules, known: dict)
         if conj.enum is not None:
             names = {v for v in conj.enum if isinstance(v, str)}
             finite = names if finite is None else finite & names
+    by_default = _closed_by_default(c, rules)
+    for rule in rules.key_rules if rules.min_properties >= 2 else ():  # only counting needs distinct keys
+        if not (by_default or (rule.additional is not None and _forbids_all(rule.additional.node))):
+            continue
+        names = set(rule.properties)
+        for pattern, _ in rule.patterns:
+            listed = combinators.pattern_strings(c, pattern, rule.where, MAX_PATTERN_NAMES)
+            if listed is None:
+                break
+            names.update(listed)
+        else:
+            finite = names if finite is None else finite & names
     if finite is None:
         return [], True
     extra = sorted(n for n in finite if n not in known and all(c.satisfies(n, pn) for pn in rules.property_names))
     return extra, False
+
+
+def _forbids_all(node: Any) -> bool:
+    return node is False or node == combinators.FORBIDDEN
 
 
 def _extra_member(c: "SchemaCompiler", rules: ObjectRules, known: set[str]) -> Expr | None:
@@ -221,10 +252,10 @@ def object_body(
     """Members in the configured order, ``low..high`` of them in all, then ``ws`` (or nothing)."""
     order = c.options.property_order
     if order == "any" and len(members) > 1:
-        counted = low > 0 or high is not None
-        states = (1 << len(members)) * ((high if high is not None else low) + 1 if counted else 1)
+        automaton = _Automaton(c, members, extra, low, high, hint)
+        states = (1 << len(members)) * len(automaton.counts())
         if len(members) <= c.options.any_order_limit and states <= MAX_ANY_ORDER_STATES:
-            return _Automaton(c, members, extra, low, high, hint).any_order()
+            return automaton.any_order()
         c.narrowed(f"{hint}: {len(members)} properties accepted in schema order only (any_order_limit)")
     if order == "required_first":
         members = [m for m in members if m.required] + [m for m in members if not m.required]
@@ -249,16 +280,63 @@ class _Automaton:
         self.cap = high if high is not None else low
         self.hint = hint
         self.memo: dict = {}
+        # Extra keys may repeat ({"x":1,"x":2} parses to one property), which no context-free
+        # grammar can exclude. Counting them toward maxProperties over-counts (safe); toward
+        # minProperties it would accept too few distinct keys. So from a lower bound of 2 on,
+        # a count is (all members, declared members + [any extra member]) and only the second
+        # meets the lower bound: exact for declared keys, narrowed to one for extra ones.
+        self.distinct = extra is not None and low >= 2
+        if self.distinct:
+            c.narrowed(f"{hint}: minProperties counts at most one undeclared member (duplicate keys cannot be excluded)")
 
-    def inc(self, count: int) -> int | None:
+    @property
+    def zero(self):
+        return (0, 0, 0) if self.distinct else 0
+
+    def counts(self) -> list:
+        """Every count state, highest first (the bottom-up construction order)."""
+        if not self.counted:
+            return [0]
+        if not self.distinct:
+            return list(range(self.cap, -1, -1))
+        totals = range(self.high, -1, -1) if self.high is not None else (0,)
+        return [(t, d, x) for t in totals for d in range(self.low, -1, -1) for x in (1, 0)]
+
+    def inc(self, count, extra: bool = False):
         if not self.counted:
             return 0
+        if not self.distinct:
+            if self.high is not None:
+                return count + 1 if count < self.high else None
+            return min(count + 1, self.cap)
+        total, seen, has_extra = count
         if self.high is not None:
-            return count + 1 if count < self.high else None
-        return min(count + 1, self.cap)
+            if total >= self.high:
+                return None
+            total += 1
+        if extra and has_extra:
+            return (total, seen, 1)
+        seen = min(seen + 1, self.low)
+        return (total, seen, 1 if extra or has_extra or seen == self.low else 0)
+
+    def enough(self, count) -> bool:
+        return (count[1] if self.distinct else count) >= self.low
+
+    def saturated(self, count) -> bool:
+        """Further extra members change nothing: no upper bound, and the lower bound is met (or,
+        counting distinct keys, an extra member has already been counted)."""
+        if not self.counted:
+            return True
+        if self.high is not None:
+            return False
+        return count[2] == 1 if self.distinct else count == self.cap
+
+    @staticmethod
+    def label(count) -> str:
+        return ".".join(map(str, count)) if isinstance(count, tuple) else str(count)
 
     def rule(self, key: tuple, expr: Expr) -> Expr:
-        out = self.c.add_rule(f"{self.hint}@{'.'.join(map(str, key))}", expr)
+        out = self.c.add_rule(f"{self.hint}@{'.'.join(map(self.label, key))}", expr)
         self.memo[key] = out
         return out
 
@@ -267,18 +345,17 @@ class _Automaton:
         if self.extra is None:
             return choose(count, started)
         lay = self.lay
-        saturated = not self.counted or (self.high is None and count == self.cap)
-        if saturated:
+        if self.saturated(count):
             # F = ", X" F | G, a right-recursive rule rather than a Repeat: recursion keeps it a
             # parser rule, so the extra member (a big key automaton) is one terminal shared by
             # every state instead of being copied into one DFA per state
             tail = choose(count, True)
-            loop_state = self.c.add_recursive_rule(f"{self.hint}@X.{'.'.join(map(str, key))}.{count}",
+            loop_state = self.c.add_recursive_rule(f"{self.hint}@X.{'.'.join(map(str, key))}.{self.label(count)}",
                                                    lambda me: alt([seq([lay.comma, self.extra, me]), tail]))
             if started:
                 return loop_state
             return alt([seq([self.extra, loop_state]), choose(count, False)])
-        nxt = self.inc(count)
+        nxt = self.inc(count, extra=True)
         options = [choose(count, started)]
         if nxt is not None:
             options.append(seq([lay.sep(started), self.extra, self.state_f(key, nxt, True, choose)]))
@@ -291,19 +368,19 @@ class _Automaton:
         return self.memo[k]
 
     def end(self, count: int, started: bool) -> Expr:
-        return self.lay.end(started) if count >= self.low else NOTHING
+        return self.lay.end(started) if self.enough(count) else NOTHING
 
     # --- declared members in a fixed order ---
 
     def in_order(self) -> Expr:
         n = len(self.members)
-        counts = range(self.cap, -1, -1) if self.counted else (0,)
+        counts = self.counts()
         for i in range(n, -1, -1):  # bottom-up keeps the Python stack flat
             for count in counts:
                 for started in (True, False):
                     self.g(i, count, started)
                     self.state_f((i,), count, started, lambda cnt, st, i=i: self.g(i, cnt, st))
-        return self.state_f((0,), 0, False, lambda cnt, st: self.g(0, cnt, st))
+        return self.state_f((0,), self.zero, False, lambda cnt, st: self.g(0, cnt, st))
 
     def g(self, i: int, count: int, started: bool) -> Expr:
         k = ("G", i, count, int(started))
@@ -325,7 +402,7 @@ class _Automaton:
     def any_order(self) -> Expr:
         required = sum(1 << i for i, m in enumerate(self.members) if m.required)
         self.required_mask = required
-        return self.state_f((0,), 0, False, lambda cnt, st: self.g_any(0, cnt, st))
+        return self.state_f((0,), self.zero, False, lambda cnt, st: self.g_any(0, cnt, st))
 
     def g_any(self, emitted: int, count: int, started: bool) -> Expr:
         k = ("S", emitted, count, int(started))
