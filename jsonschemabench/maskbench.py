@@ -5,7 +5,7 @@ runs every MaskBench file (``{"schema", "tests": [{"valid", "data"}]}``) on ever
 guidance-ai/jsonschemabench's ``maskbench/runner.py`` does:
 
 1. **TTFM** — compile the schema, make a matcher and fill its first mask, timed together (µs).
-   Compile errors are the engine's refusals (``PeerCompileError``).
+   Compile errors are the engine's refusals (``EngineRefused``).
 2. For each test instance, serialized as MaskBench does (``json.dumps(data, ensure_ascii=False)``,
    separators ``", "`` and ``": "``) and tokenized canonically (``TokenVocabulary.encode``), walk
    the tokens from a fresh matcher: fill the mask, check the token's bit, advance. **TBM** for one
@@ -25,7 +25,7 @@ runs past the time limit is killed and replaced; one that dies is recorded as a 
 replaced, so a peer's segfault never ends the run. Workers are single-threaded
 (``RAYON_NUM_THREADS=1``, one OpenMP/torch thread, xgrammar ``max_threads=1``), time with
 ``perf_counter_ns`` and pause the garbage collector while timing; engines that cache compiled
-grammars across files have that cache disabled (see ``schema_peers``). Each worker's address
+grammars across files have that cache disabled (see ``peers``). Each worker's address
 space is capped (``--mem-limit``, default min(40 GiB, RAM / workers); MaskBench used 40 GiB).
 
 Outputs (``--out``, default ``runs/maskbench-<timestamp>``): ``results.jsonl`` (one line per
@@ -189,7 +189,7 @@ def _compile_error_fields(exc: BaseException) -> dict:
 
 def run_case(engine: Any, tokenizer: Any, payload: dict, progress: Callable[[dict], None]) -> dict:
     """Measure one MaskBench file (``payload["path"]``) on ``engine``; the record of results.jsonl."""
-    from .schema_peers import PeerCompileError
+    from .peers import EngineRefused
 
     path = Path(payload["path"])
     case = json.loads(path.read_text(encoding="utf-8"))
@@ -215,9 +215,9 @@ def run_case(engine: Any, tokenizer: Any, payload: dict, progress: Callable[[dic
     try:
         start = clock()
         try:
-            handle = engine.compile(case["schema"])
+            handle = engine.compile("json_schema", case["schema"])
             engine.fill_mask(engine.matcher(handle))
-        except PeerCompileError as exc:
+        except EngineRefused as exc:
             record.update(outcome="compile_error", **_compile_error_fields(exc))
             return record
         record["ttfm_us"] = (clock() - start) / 1e3
@@ -267,9 +267,9 @@ def run_case(engine: Any, tokenizer: Any, payload: dict, progress: Callable[[dic
 @dataclass(frozen=True)
 class WorkerConfig:
     """How a worker builds its state: ``tokenizer_loader`` (``module:function``) called with
-    ``tokenizer_arg``; engines are loaded by name on first use (``schema_peers.load_engine``)."""
+    ``tokenizer_arg``; engines are loaded by name on first use (``peers.load_engine``)."""
 
-    tokenizer_loader: str = "jsonschemabench.schema_peers:load_bench_tokenizer"
+    tokenizer_loader: str = "jsonschemabench.peers:load_bench_tokenizer"
     tokenizer_arg: Any = None
     mem_limit_bytes: int | None = None
     warm_up: bool = True
@@ -298,7 +298,7 @@ def _worker_main(conn, config: WorkerConfig) -> None:  # pragma: no cover - runs
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (config.mem_limit_bytes, config.mem_limit_bytes))
-    from .schema_peers import EngineUnavailable, load_engine, resolve, warm_up
+    from .peers import EngineUnavailable, load_engine, resolve, warm_up
 
     tokenizer = None
     engines: dict[str, Any] = {}
@@ -320,7 +320,7 @@ def _worker_main(conn, config: WorkerConfig) -> None:  # pragma: no cover - runs
                 if "torch" in sys.modules:
                     sys.modules["torch"].set_num_threads(1)
                 if config.warm_up:
-                    warm_up(engine)
+                    warm_up(engine, "json_schema", {"type": "integer"})
                 engines[engine_spec] = engine
             function = functions.get(function_spec)
             if function is None:
@@ -613,12 +613,12 @@ def _cpu_name() -> str:
 
 def parse_engines(text: str) -> list[str]:
     """Comma-separated engine names (or ``module:factory`` specs), checked against the registry."""
-    from .schema_peers import SCHEMA_ENGINES
+    from .peers import ENGINES
 
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in SCHEMA_ENGINES and ":" not in n]
+    unknown = [n for n in names if n not in ENGINES and ":" not in n]
     if unknown:
-        raise SystemExit(f"unknown engine(s) {', '.join(unknown)}; choose from {', '.join(SCHEMA_ENGINES)}")
+        raise SystemExit(f"unknown engine(s) {', '.join(unknown)}; choose from {', '.join(ENGINES)}")
     if not names:
         raise SystemExit("--engines is empty")
     return names
@@ -626,7 +626,7 @@ def parse_engines(text: str) -> list[str]:
 
 def available_engines(names: Sequence[str], log: Callable[[str], None]) -> tuple[list[str], dict[str, str]]:
     """``names`` whose packages are importable, and a reason for each one that is not."""
-    from .schema_peers import ENGINE_MODULES, engine_installed
+    from .peers import ENGINE_MODULES, engine_installed
 
     keep, skipped = [], {}
     for name in names:

@@ -1,37 +1,60 @@
-"""One small interface over corral and its peers (llguidance, xgrammar), for the benchmarks.
+"""One adapter per engine — corral, llguidance, xgrammar, outlines-core — for every benchmark.
 
-Every engine is wrapped in an adapter with the same five operations, so the timing loop in
-``grammar_bench`` cannot favour one of them::
+Every engine is wrapped in an adapter with the same operations, so no timing loop can favour
+one of them::
 
-    compiled = engine.compile("gbnf", text)      # or ("regex", pattern); raises EngineRefused
-    handle = engine.matcher(compiled)            # a fresh per-sequence matcher
-    mask = engine.fill_mask(handle)              # packed int32 row, bit i = token i allowed
-    engine.allowed(mask, token) -> bool          # read one bit (never timed)
-    engine.advance(handle, token) -> bool        # False when the engine rejects the token
+    compiled = engine.compile(kind, source)   # kind "gbnf" | "regex" | "json_schema"; raises EngineRefused
+    handle = engine.matcher(compiled)         # a fresh per-sequence matcher
+    mask = engine.fill_mask(handle)           # packed int32 row, bit i = token i allowed
+    engine.allowed(mask, token) -> bool       # read one bit (never timed)
+    engine.advance(handle, token) -> bool     # False when the engine rejects the token
+    engine.is_accepting(handle) -> bool       # the engine's own "may stop here"
+    engine.reset_caches()                     # untimed, before each schema: nothing carried across files
+    engine.name, engine.version, engine.options, engine.eos_token_ids
 
-``fill_mask`` returns the adapter's own buffer, valid until the next call. ``compile`` raises
-``EngineRefused`` when an engine will not take a grammar (its message goes into the table);
+For ``"json_schema"`` the source is the decoded JSON value (a dict, or ``True``/``False``); for
+the others, the grammar's text. ``fill_mask`` returns the adapter's own buffer, valid until the
+next call. ``compile`` raises ``EngineRefused`` when an engine will not take a grammar or schema
+(its message goes into the results; corral's also names the keyword and JSON pointer);
 constructing an adapter raises ``EngineUnavailable`` when its package is not installed.
+Adapters import their engine lazily, so this module imports without any peer installed.
+``load_engine`` also accepts ``"module:factory"`` specs (the unit tests' fake engines).
 
-Adapters import their engine lazily, so this module imports without llguidance or xgrammar.
+Options are each engine's natural defaults except where noted, and are recorded in ``options``:
+
+- corral: ``compile_gbnf``/``compile_regex``, and ``Compiler(vocab).compile_json_schema(schema,
+  **schema_options)`` with ``schema_options = {"whitespace": "flexible"}`` (MaskBench's instances
+  have spaces after ``:`` and ``,``); ``reset_caches`` gives it a fresh ``Compiler``, so neither
+  its compiled-grammar LRU nor its token-walk cache carries work from one file to the next. A
+  runner may set ``schema_options`` (the Test Suite runner adds its remote documents).
+- llguidance: GBNF and regexes through ``llguidance.grammar_from(kind, text)`` — GBNF is
+  converted (``gbnf_to_lark``) to its Lark dialect, which has a *greedy lexer*, so some strings
+  of a character-level GBNF grammar are rejected (see ``samples.py``); schemas through
+  ``LLMatcher.grammar_from_json_schema`` with its defaults (flexible whitespace, not lenient,
+  no ``coerce_one_of``). ``LLMatcher(tokenizer, grammar)`` never raises for a bad grammar: it
+  enters an error state, which the adapter turns into ``EngineRefused``. No cross-grammar cache.
+- xgrammar: ``GrammarCompiler(info, max_threads=1, cache_enabled=False)``; GBNF read directly
+  (byte-level Earley parser, root rule ``root``, GBNF's character-level semantics); schemas with
+  ``compile_json_schema(schema, any_whitespace=True, strict_mode=False)`` — MaskBench's
+  "compliant" mode (the default ``strict_mode=True`` forbids properties and items the schema does
+  not list, against the spec). Unsupported keywords are logged and *ignored* by xgrammar (no
+  error), so they show up as invalidation errors, not compile errors.
+- outlines-core: regexes and ``build_regex_from_schema(json.dumps(schema))`` (whitespace
+  ``[ ]?``, recursion unrolled to depth 3) through ``Index(regex, vocabulary)`` and
+  ``Guide(index)``; no grammars. Its ``Vocabulary`` is built from the exact token bytes
+  (``Vocabulary.from_pretrained`` needs the Hugging Face Hub) with the tokenizer's EOS; special
+  tokens are left out.
+
 Single-threaded timing needs ``RAYON_NUM_THREADS=1`` in the environment before llguidance is
-first used; ``grammar_bench.main`` sets it.
-
-Engine notes, measured with llguidance 1.9.1 and xgrammar 0.2.8:
-
-- llguidance takes GBNF through ``llguidance.grammar_from("gbnf", text)``: a Python converter
-  (``llguidance.gbnf_to_lark``) rewrites it to its Lark dialect, which has a *greedy lexer*, so
-  some strings of a character-level GBNF grammar are rejected (see ``samples.py``).
-  ``LLMatcher(...)`` never raises for grammar errors: it enters an error state (``is_error()``).
-- xgrammar reads GBNF directly (``GrammarCompiler.compile_grammar(text)``, root rule ``root``)
-  and runs a byte-level Earley parser, so it follows GBNF's character-level semantics.
-  Its compiler caches by grammar text; the adapter disables the cache so repeats measure
-  compilation, and compiles with one thread.
+first used; the runners set it.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import importlib.util
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +63,7 @@ from typing import Any, Callable, Literal, Protocol
 import numpy as np
 
 __all__ = [
-    "GrammarKind",
+    "SourceKind",
     "EngineRefused",
     "EngineUnavailable",
     "BenchTokenizer",
@@ -48,17 +71,34 @@ __all__ = [
     "CorralEngine",
     "LLGuidanceEngine",
     "XGrammarEngine",
+    "OutlinesEngine",
     "ENGINES",
+    "ENGINE_MODULES",
+    "engine_installed",
+    "resolve",
+    "load_engine",
     "load_tokenizer",
+    "load_bench_tokenizer",
     "encode_continuation",
     "bit_is_set",
+    "warm_up",
 ]
 
-GrammarKind = Literal["gbnf", "regex"]
+SourceKind = Literal["gbnf", "regex", "json_schema"]
 
 
 class EngineRefused(Exception):
-    """The engine would not compile this grammar (its own error message is kept)."""
+    """The engine would not compile this grammar or schema; ``kind`` names the engine's error class.
+
+    ``keyword`` and ``pointer`` are filled when the engine says which keyword it refused
+    (corral's ``UnsupportedSchemaError``).
+    """
+
+    def __init__(self, message: str, *, kind: str = "", keyword: str | None = None, pointer: str | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.keyword = keyword
+        self.pointer = pointer
 
 
 class EngineUnavailable(Exception):
@@ -71,6 +111,9 @@ def bit_is_set(mask: np.ndarray, token: int) -> bool:
     if word >= mask.shape[-1]:
         return False
     return bool((int(mask.reshape(-1)[word]) >> (token & 31)) & 1)
+
+
+# --- the tokenizer every engine is built from ----------------------------------------------------
 
 
 @dataclass
@@ -131,8 +174,12 @@ def load_tokenizer(path: str | Path, *, use_corral: bool = True) -> BenchTokeniz
         hf = _load_hf_tokenizer(path)
     if vocab is not None:
         return BenchTokenizer(path, hf, vocab, lambda text: _corral_continuation(vocab, text), "corral", notes)
-
     return BenchTokenizer(path, hf, None, lambda text: encode_continuation(hf, text), "transformers", notes)
+
+
+def load_bench_tokenizer(path: str) -> BenchTokenizer:
+    """``load_tokenizer`` with corral's vocabulary: the form the runners' worker processes load by name."""
+    return load_tokenizer(path, use_corral=True)
 
 
 def _corral_continuation(vocab: Any, text: str) -> list[int]:
@@ -163,14 +210,29 @@ def encode_continuation(hf: Any, text: str) -> list[int]:
     return both[len(probe):] if both[: len(probe)] == probe else ids
 
 
+def _token_bytes(tokenizer: BenchTokenizer) -> tuple[bytes, ...]:
+    """Exact bytes per token id: corral's vocabulary when loaded, else derived from ``hf``."""
+    if tokenizer.vocab is not None:
+        return tuple(tokenizer.vocab.token_bytes)
+    from grammars import TokenVocabulary
+
+    return tuple(TokenVocabulary.from_tokenizer(tokenizer.hf).token_bytes)
+
+
+# --- adapters ----------------------------------------------------------------------------------
+
+
 class Engine(Protocol):
-    """What the benchmark loop needs from an engine; see the module docstring."""
+    """What the benchmark loops need from an engine; see the module docstring."""
 
     name: str
     version: str
+    options: dict
     eos_token_ids: tuple[int, ...]
 
-    def compile(self, kind: GrammarKind, text: str) -> Any: ...
+    def reset_caches(self) -> None: ...
+
+    def compile(self, kind: SourceKind, source: Any) -> Any: ...
 
     def matcher(self, compiled: Any) -> Any: ...
 
@@ -180,51 +242,72 @@ class Engine(Protocol):
 
     def advance(self, handle: Any, token: int) -> bool: ...
 
+    def is_accepting(self, handle: Any) -> bool: ...
 
-def _dist_version(dist: str) -> str:
+
+def _version(dist: str) -> str:
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return "dev" if dist == "corral" else "unknown"
 
 
-def _first_line(exc: BaseException) -> str:
+def _message(exc: BaseException, limit: int = 300) -> str:
+    """The first non-empty line of an engine's error, without xgrammar's ``[time] file.cc:820:`` prefix."""
     text = str(exc).strip() or type(exc).__name__
-    text = re.sub(r"^\[[0-9:]+\] \S+:\d+: ", "", text.splitlines()[0])  # xgrammar's "[time] file.cc:820: "
-    return text[:200]
+    first = next((line for line in text.splitlines() if line.strip()), text)
+    first = re.sub(r"^\[[0-9:.\- ]+\] \S+\.cc:\d+: ", "", first)
+    return first[:limit]
+
+
+def _refused(exc: BaseException) -> EngineRefused:
+    return EngineRefused(_message(exc), kind=type(exc).__name__)
 
 
 class CorralEngine:
-    """corral's own ``compile_gbnf``/``compile_regex`` and ``Matcher``, behind the common shape."""
+    """corral's ``compile_gbnf``/``compile_regex``/``Compiler.compile_json_schema`` and ``Matcher``."""
 
     name = "corral"
 
-    def __init__(self, tokenizer: BenchTokenizer):
+    def __init__(self, tokenizer: BenchTokenizer, *, whitespace: str = "flexible"):
         try:
-            from grammars import (
-                TokenRejected,
-                allocate_token_bitmask,
-                compile_gbnf,
-                compile_regex,
-            )
+            import grammars
         except ImportError as exc:
-            raise EngineUnavailable(f"corral's grammars API is not importable yet ({exc})") from exc
+            raise EngineUnavailable(f"corral's grammars API is not importable ({exc})") from exc
         if tokenizer.vocab is None:
             raise EngineUnavailable("corral could not load the vocabulary (TokenVocabulary)")
+        self._grammars = grammars
         self._vocab = tokenizer.vocab
-        self._compilers = {"gbnf": compile_gbnf, "regex": compile_regex}
-        self._rejected = TokenRejected
-        self._mask = allocate_token_bitmask(1, self._vocab.logits_width)
-        self.eos_token_ids = tuple(int(t) for t in self._vocab.eos_token_ids)
-        self.version = _dist_version("corral")
+        self._compiler = grammars.Compiler(self._vocab)  # builds the vocabulary index once (~1 s)
+        self._mask = grammars.allocate_token_bitmask(1, self._vocab.logits_width)
+        self.schema_options: dict[str, Any] = {"whitespace": whitespace}
+        self.eos_token_ids = tuple(sorted(int(t) for t in self._vocab.eos_token_ids))
+        self.version = _version("corral")
+        self.options = {
+            "call": "compile_gbnf / compile_regex; "
+                    f"Compiler(vocab).compile_json_schema(schema, whitespace={whitespace!r})",
+            "whitespace": whitespace,
+            "cache": "fresh Compiler per schema (no compiled grammar or token walk carried across files)",
+        }
 
-    def compile(self, kind: GrammarKind, text: str) -> Any:
-        from grammars import GrammarError, LimitExceeded
+    def reset_caches(self) -> None:
+        self._compiler = self._grammars.Compiler(self._vocab)
 
+    def compile(self, kind: SourceKind, source: Any) -> Any:
+        g = self._grammars
         try:
-            return self._compilers[kind](text, self._vocab)
-        except (GrammarError, LimitExceeded) as exc:
-            raise EngineRefused(f"{type(exc).__name__}: {_first_line(exc)}") from exc
+            if kind == "json_schema":
+                return self._compiler.compile_json_schema(source, **self.schema_options)
+            if kind == "gbnf":
+                return self._compiler.compile_gbnf(source)
+            if kind == "regex":
+                return self._compiler.compile_regex(source)
+        except g.UnsupportedSchemaError as exc:
+            raise EngineRefused(_message(exc), kind=type(exc).__name__, keyword=exc.keyword,
+                                pointer=exc.pointer) from exc
+        except (g.GrammarError, g.LimitExceeded) as exc:
+            raise _refused(exc) from exc
+        raise EngineRefused(f"corral adapter: unknown source kind {kind!r}", kind="ValueError")
 
     def matcher(self, compiled: Any) -> Any:
         return compiled.matcher()
@@ -239,13 +322,16 @@ class CorralEngine:
     def advance(self, handle: Any, token: int) -> bool:
         try:
             handle.advance(token)
-        except self._rejected:
+        except self._grammars.TokenRejected:
             return False
         return True
 
+    def is_accepting(self, handle: Any) -> bool:
+        return bool(handle.is_accepting())
+
 
 class LLGuidanceEngine:
-    """llguidance's ``LLMatcher``: GBNF via ``grammar_from("gbnf")`` (converted to its Lark)."""
+    """llguidance's ``LLMatcher`` over ``grammar_from`` (GBNF, regex) or ``grammar_from_json_schema``."""
 
     name = "llguidance"
 
@@ -263,17 +349,29 @@ class LLGuidanceEngine:
         eos = tokenizer.hf.eos_token_id
         self.eos_token_ids = (int(eos),) if eos is not None else ()
         self.version = llguidance.__version__
+        self.options = {
+            "call": "LLMatcher(llguidance.hf.from_tokenizer(hf), grammar_from(kind, text) | "
+                    "LLMatcher.grammar_from_json_schema(schema))",
+            "json_options": "defaults (whitespace_flexible, not lenient, no coerce_one_of)",
+            "cache": "none across grammars",
+        }
 
-    def compile(self, kind: GrammarKind, text: str) -> Any:
+    def reset_caches(self) -> None:
+        pass
+
+    def compile(self, kind: SourceKind, source: Any) -> Any:
         try:
-            grammar = self._llg.grammar_from(kind, text)
+            if kind == "json_schema":
+                grammar = self._llg.LLMatcher.grammar_from_json_schema(json.dumps(source))
+            else:
+                grammar = self._llg.grammar_from(kind, source)
         except ValueError as exc:
-            raise EngineRefused(_first_line(exc)) from exc
-        # LLMatcher compiles in its constructor and never raises for grammar errors: it enters an
-        # error state instead. The pristine matcher is the compiled form; matcher() copies it.
+            raise _refused(exc) from exc
+        # The constructor compiles and never raises for grammar errors: it enters an error state.
+        # The pristine matcher is the compiled form; matcher() copies it.
         pristine = self._llg.LLMatcher(self._tokenizer, grammar, log_level=0)
         if pristine.is_error():
-            raise EngineRefused(_first_line(Exception(pristine.get_error())))
+            raise EngineRefused(_message(Exception(pristine.get_error())), kind="LLMatcher error")
         return pristine
 
     def matcher(self, compiled: Any) -> Any:
@@ -289,9 +387,12 @@ class LLGuidanceEngine:
     def advance(self, handle: Any, token: int) -> bool:
         return bool(handle.consume_token(token))
 
+    def is_accepting(self, handle: Any) -> bool:
+        return bool(handle.is_accepting())
+
 
 class XGrammarEngine:
-    """xgrammar's ``GrammarCompiler`` (one thread, no cache) and ``GrammarMatcher``."""
+    """xgrammar's ``GrammarCompiler`` (one thread, no cache; schemas in compliant mode) and ``GrammarMatcher``."""
 
     name = "xgrammar"
 
@@ -306,15 +407,27 @@ class XGrammarEngine:
         self._mask_tensor = xgrammar.allocate_token_bitmask(1, info.vocab_size)
         self._mask = self._mask_tensor.numpy()  # shares memory with the tensor
         self.eos_token_ids = tuple(int(t) for t in info.stop_token_ids)
-        self.version = _dist_version("xgrammar")
+        self.version = _version("xgrammar")
+        self.options = {
+            "call": "GrammarCompiler(info, max_threads=1, cache_enabled=False): compile_grammar / compile_regex / "
+                    "compile_json_schema(schema, any_whitespace=True, strict_mode=False)",
+            "any_whitespace": True,
+            "strict_mode": False,
+            "cache": "disabled (cache_enabled=False)",
+        }
 
-    def compile(self, kind: GrammarKind, text: str) -> Any:
+    def reset_caches(self) -> None:
+        pass
+
+    def compile(self, kind: SourceKind, source: Any) -> Any:
         try:
+            if kind == "json_schema":
+                return self._compiler.compile_json_schema(json.dumps(source), any_whitespace=True, strict_mode=False)
             if kind == "gbnf":
-                return self._compiler.compile_grammar(text)
-            return self._compiler.compile_regex(text)
+                return self._compiler.compile_grammar(source)
+            return self._compiler.compile_regex(source)
         except Exception as exc:  # xgrammar raises RuntimeError/ValueError subclasses from C++
-            raise EngineRefused(f"{type(exc).__name__}: {_first_line(exc)}") from exc
+            raise _refused(exc) from exc
 
     def matcher(self, compiled: Any) -> Any:
         return self._xgr.GrammarMatcher(compiled)
@@ -329,10 +442,126 @@ class XGrammarEngine:
     def advance(self, handle: Any, token: int) -> bool:
         return bool(handle.accept_token(token))
 
+    def is_accepting(self, handle: Any) -> bool:
+        return bool(handle.is_completed())
+
+
+class OutlinesEngine:
+    """outlines-core: regex (or schema → regex) → ``Index`` (token DFA) → ``Guide``; no grammars."""
+
+    name = "outlines"
+
+    def __init__(self, tokenizer: BenchTokenizer):
+        try:
+            import outlines_core
+            from outlines_core.json_schema import build_regex_from_schema
+            from outlines_core.kernels.numpy import allocate_token_bitmask, fill_next_token_bitmask
+        except ImportError as exc:
+            raise EngineUnavailable(f"outlines-core is not installed ({exc}); pip install -e '.[bench]'") from exc
+        eos = tokenizer.hf.eos_token_id
+        if eos is None:
+            raise EngineUnavailable("outlines-core needs an EOS token id")
+        token_bytes = _token_bytes(tokenizer)
+        skip = {int(eos)}
+        if tokenizer.vocab is not None:
+            skip |= set(tokenizer.vocab.special_token_ids)
+        table: dict[bytes, list[int]] = {}
+        for token_id, piece in enumerate(token_bytes):
+            if piece and token_id not in skip:
+                table.setdefault(piece, []).append(token_id)
+        self._oc = outlines_core
+        self._regex = build_regex_from_schema
+        self._fill = fill_next_token_bitmask
+        self._vocabulary = outlines_core.Vocabulary(int(eos), table)
+        self._mask = allocate_token_bitmask(len(token_bytes))
+        self.eos_token_ids = (int(eos),)
+        self.version = _version("outlines_core")
+        self.options = {
+            "call": "Guide(Index(regex | build_regex_from_schema(json.dumps(schema)), Vocabulary(eos, token_bytes)))",
+            "whitespace_pattern": "default ([ ]?)",
+            "max_recursion_depth": "default (3)",
+            "cache": "none across grammars",
+        }
+
+    def reset_caches(self) -> None:
+        pass
+
+    def compile(self, kind: SourceKind, source: Any) -> Any:
+        if kind == "gbnf":
+            raise EngineRefused("outlines-core takes regular expressions and JSON Schemas, not grammars",
+                                kind="unsupported")
+        try:
+            regex = self._regex(json.dumps(source)) if kind == "json_schema" else source
+            return self._oc.Index(regex, self._vocabulary)
+        except Exception as exc:  # PyO3 surfaces Rust errors as ValueError/TypeError/...
+            raise _refused(exc) from exc
+
+    def matcher(self, compiled: Any) -> Any:
+        return self._oc.Guide(compiled)
+
+    def fill_mask(self, handle: Any) -> np.ndarray:
+        self._fill(handle, self._mask)
+        return self._mask
+
+    def allowed(self, mask: np.ndarray, token: int) -> bool:
+        return bit_is_set(mask, token)
+
+    def advance(self, handle: Any, token: int) -> bool:
+        try:
+            handle.advance(token, return_tokens=False)
+        except ValueError:
+            return False
+        return True
+
+    def is_accepting(self, handle: Any) -> bool:
+        return bool(handle.is_finished())
+
 
 ENGINES: dict[str, Callable[[BenchTokenizer], Engine]] = {
     "corral": CorralEngine,
     "llguidance": LLGuidanceEngine,
     "xgrammar": XGrammarEngine,
+    "outlines": OutlinesEngine,
 }
 
+#: the importable module each engine needs (checked before a run, without importing it)
+ENGINE_MODULES = {"corral": "grammars", "llguidance": "llguidance", "xgrammar": "xgrammar",
+                  "outlines": "outlines_core"}
+
+
+def engine_installed(spec: str) -> bool:
+    """Whether the package behind ``spec`` can be imported (``module:factory`` specs: always)."""
+    module = ENGINE_MODULES.get(spec)
+    return module is None or importlib.util.find_spec(module) is not None
+
+
+def resolve(spec: str) -> Any:
+    """The object named by ``"package.module:attribute"``."""
+    module, _, attr = spec.partition(":")
+    if not attr:
+        raise ValueError(f"expected 'module:attribute', got {spec!r}")
+    target: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def load_engine(spec: str, tokenizer: Any) -> Engine:
+    """The engine named ``spec`` (a key of ``ENGINES`` or a ``module:factory``)."""
+    if spec in ENGINES:
+        return ENGINES[spec](tokenizer)
+    if ":" in spec:
+        return resolve(spec)(tokenizer)
+    raise ValueError(f"unknown engine {spec!r}; choose from {', '.join(ENGINES)} or give module:factory")
+
+
+def warm_up(engine: Engine, kind: SourceKind = "json_schema", source: Any = None) -> None:
+    """Compile and mask a trivial grammar once, so one-time set-up is not charged to the first workload."""
+    if source is None:
+        source = {"type": "integer"} if kind == "json_schema" else "a"
+    try:
+        handle = engine.matcher(engine.compile(kind, source))
+    except EngineRefused:
+        return
+    engine.fill_mask(handle)
+    engine.reset_caches()

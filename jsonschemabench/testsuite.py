@@ -4,7 +4,7 @@
 takes every keyword file of the suite folder (``*.json`` directly in it; ``optional/`` is not
 read) and every test group in it (a schema and its tests), and on each engine:
 
-1. compiles the group's schema; a refusal (``PeerCompileError``), a timeout or a crash fails every
+1. compiles the group's schema; a refusal (``EngineRefused``), a timeout or a crash fails every
    test of the group;
 2. for each test, serializes the instance with ``json.dumps(data, ensure_ascii=False)`` and
    separators ``", "`` / ``": "`` (``--separators spaced``, the default: MaskBench's
@@ -93,7 +93,7 @@ def load_groups(path: Path) -> list[dict]:
 
 def run_group(engine: Any, tokenizer: Any, payload: dict, progress: Callable[[dict], None]) -> dict:
     """Compile one group's schema on ``engine`` and judge each of its tests (runs in a worker)."""
-    from .schema_peers import PeerCompileError
+    from .peers import EngineRefused
 
     group = load_groups(Path(payload["path"]))[payload["group"]]
     tests = group.get("tests") or []
@@ -103,7 +103,7 @@ def run_group(engine: Any, tokenizer: Any, payload: dict, progress: Callable[[di
     engine.reset_caches()
     try:
         handle = _compile(engine, group["schema"], payload.get("corral_options") or {})
-    except PeerCompileError as exc:
+    except EngineRefused as exc:
         error = f"{exc.kind or type(exc).__name__}: {exc}"
         return {"outcome": "compile_error", "error": error[:500], "keyword": getattr(exc, "keyword", None),
                 "tests": [{"description": t.get("description", ""), "valid": bool(t.get("valid")),
@@ -132,25 +132,25 @@ _REMOTES_CACHE: dict[str, dict] = {}
 
 
 def _compile(engine: Any, schema: Any, corral_options: dict) -> Any:
-    """``engine.compile(schema)``; corral with the suite's JSON Schema options (registry, format mode).
+    """``engine.compile("json_schema", schema)``; corral with the suite's JSON Schema options
+    (registry, format mode).
 
-    The peers' adapters take no options, so corral's compiler is given them for this one call.
+    The peers' adapters take no options; corral's ``schema_options`` get them for this one call.
     """
     if getattr(engine, "name", "") != "corral" or not corral_options:
-        return engine.compile(schema)
+        return engine.compile("json_schema", schema)
     options = dict(corral_options)
     remotes = options.pop("remotes", None)
     if remotes:
         if remotes not in _REMOTES_CACHE:
             _REMOTES_CACHE[remotes] = load_remotes(Path(remotes))
         options["registry"] = _REMOTES_CACHE[remotes]
-    compiler = engine._compiler
-    plain = compiler.compile_json_schema
-    compiler.compile_json_schema = lambda s, **kw: plain(s, **kw, **options)
+    plain = engine.schema_options
+    engine.schema_options = {**plain, **options}
     try:
-        return engine.compile(schema)
+        return engine.compile("json_schema", schema)
     finally:
-        del compiler.compile_json_schema
+        engine.schema_options = plain
 
 
 def run_testsuite(

@@ -32,7 +32,7 @@ from jsonschemabench.maskbench import (
     serialize_instance,
     split_of,
 )
-from jsonschemabench.schema_peers import EngineUnavailable, PeerCompileError
+from jsonschemabench.peers import EngineRefused, EngineUnavailable
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # spawned workers import the fakes from this module by name
@@ -82,7 +82,8 @@ class FakeEngine:
     def reset_caches(self):
         pass
 
-    def compile(self, schema):
+    def compile(self, kind, schema):
+        assert kind == "json_schema", kind
         return schema
 
     def matcher(self, handle):
@@ -121,8 +122,8 @@ class RejectAll(FakeEngine):
 class RefuseAll(AcceptAll):
     name = "refuse_all"
 
-    def compile(self, schema):
-        raise PeerCompileError("refused on purpose", kind="FakeError", keyword="enum", pointer="#/enum")
+    def compile(self, kind, schema):
+        raise EngineRefused("refused on purpose", kind="FakeError", keyword="enum", pointer="#/enum")
 
 
 class ExactEnum(FakeEngine):
@@ -130,7 +131,7 @@ class ExactEnum(FakeEngine):
 
     name = "exact"
 
-    def compile(self, schema):
+    def compile(self, kind, schema):
         trap = schema.get("x-trap") if isinstance(schema, dict) else None
         if trap == "sleep":
             time.sleep(60)
@@ -139,7 +140,7 @@ class ExactEnum(FakeEngine):
         elif trap == "segv":
             os.kill(os.getpid(), signal.SIGSEGV)
         if not isinstance(schema, dict) or "enum" not in schema:
-            raise PeerCompileError("only enum schemas", kind="FakeError")
+            raise EngineRefused("only enum schemas", kind="FakeError")
         values = [serialize_instance(v).encode() for v in schema["enum"]]
         return {"values": values, "raise": trap == "raise"}
 

@@ -19,8 +19,8 @@ import pytest
 
 from jsonschemabench import report
 from jsonschemabench.maskbench import WorkerConfig
-from jsonschemabench.schema_peers import PeerCompileError
-from jsonschemabench.testsuite import list_keyword_files, load_groups, run_group, run_testsuite
+from jsonschemabench.peers import EngineRefused
+from jsonschemabench.testsuite import _compile, list_keyword_files, load_groups, run_group, run_testsuite
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # spawned workers import the fakes from this module by name
@@ -65,7 +65,8 @@ class FakeEngine:
     def reset_caches(self):
         pass
 
-    def compile(self, schema):
+    def compile(self, kind, schema):
+        assert kind == "json_schema", kind
         return schema
 
     def matcher(self, handle):
@@ -96,16 +97,16 @@ class RejectAll(FakeEngine):
 
 
 class RefuseAll(AcceptAll):
-    def compile(self, schema):
-        raise PeerCompileError("no", kind="FakeError")
+    def compile(self, kind, schema):
+        raise EngineRefused("no", kind="FakeError")
 
 
 class ExactEnum(FakeEngine):
     """Exact for ``{"enum": [...]}`` under the spaced serialization; refuses other schemas."""
 
-    def compile(self, schema):
+    def compile(self, kind, schema):
         if not isinstance(schema, dict) or "enum" not in schema:
-            raise PeerCompileError("only enum schemas", kind="FakeError")
+            raise EngineRefused("only enum schemas", kind="FakeError")
         return [json.dumps(v, ensure_ascii=False).encode() for v in schema["enum"]]
 
     def fill_mask(self, m):
@@ -177,6 +178,29 @@ def test_run_group_in_process(tmp_path):
     refused = run_group(RefuseAll(None), ByteTokenizer(), {"path": path, "group": 0}, lambda _: None)
     assert refused["outcome"] == "compile_error" and not any(t["passed"] for t in refused["tests"])
     assert len(refused["tests"]) == 3
+
+
+def test_corral_options_go_through_schema_options_for_one_call(tmp_path):
+    """corral gets the suite's options (and the remotes as ``registry``) for its compile only."""
+    remotes = tmp_path / "remotes"
+    remotes.mkdir()
+    (remotes / "integer.json").write_text('{"type": "integer"}', encoding="utf-8")
+
+    class Corral(AcceptAll):
+        name = "corral"
+        schema_options = {"whitespace": "flexible"}
+
+        def compile(self, kind, schema):
+            self.seen = dict(self.schema_options)
+            return schema
+
+    engine = Corral(None)
+    _compile(engine, {"type": "string"}, {"property_order": "any", "remotes": str(remotes)})
+    assert engine.seen == {"whitespace": "flexible", "property_order": "any",
+                           "registry": {"http://localhost:1234/integer.json": {"type": "integer"}}}
+    assert engine.schema_options == {"whitespace": "flexible"}
+    other = AcceptAll(None)
+    assert _compile(other, {"type": "string"}, {"property_order": "any"}) == {"type": "string"}
 
 
 def test_runner_tables_and_outputs(tmp_path):
