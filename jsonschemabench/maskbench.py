@@ -189,7 +189,7 @@ def _compile_error_fields(exc: BaseException) -> dict:
 
 def run_case(engine: Any, tokenizer: Any, payload: dict, progress: Callable[[dict], None]) -> dict:
     """Measure one MaskBench file (``payload["path"]``) on ``engine``; the record of results.jsonl."""
-    from .peers import EngineRefused
+    from .peers import EngineRefused, compile_schema
 
     path = Path(payload["path"])
     case = json.loads(path.read_text(encoding="utf-8"))
@@ -215,7 +215,7 @@ def run_case(engine: Any, tokenizer: Any, payload: dict, progress: Callable[[dic
     try:
         start = clock()
         try:
-            handle = engine.compile("json_schema", case["schema"])
+            handle = compile_schema(engine, case["schema"], payload.get("corral_options"))
             engine.fill_mask(engine.matcher(handle))
         except EngineRefused as exc:
             record.update(outcome="compile_error", **_compile_error_fields(exc))
@@ -542,6 +542,7 @@ def run_maskbench(
     timeout_s: float = 900.0,
     progress: bool = True,
     meta: dict | None = None,
+    corral_options: dict | None = None,
 ) -> dict:
     """Run every file on every engine; write results.jsonl, summary.json, summary.md and the plot.
 
@@ -551,8 +552,9 @@ def run_maskbench(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     results_path = out_dir / "results.jsonl"
-    tasks = [Task((path.name, engine), engine, "jsonschemabench.maskbench:run_case", {"path": str(path)})
-             for path in files for engine in engines]
+    payloads = [{"path": str(path), "corral_options": corral_options or {}} for path in files]
+    tasks = [Task((Path(p["path"]).name, engine), engine, "jsonschemabench.maskbench:run_case", p)
+             for p in payloads for engine in engines]
     records: list[dict] = []
     engine_info: dict[str, dict] = {}
     skipped: dict[str, str] = {}
@@ -663,6 +665,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", default="", metavar="GLOB", help="only files whose name matches GLOB")
     parser.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",
                         help="limit per file and engine, compilation included (default 900, as MaskBench)")
+    parser.add_argument("--property-order", choices=("any", "schema", "required_first"), default="any",
+                        help="corral's property_order (default 'any': MaskBench's valid instances list members "
+                        "in any order, and validators accept every order; 'schema' is generation's default)")
     parser.set_defaults(run=main)
 
 
@@ -709,8 +714,10 @@ def main(args: argparse.Namespace) -> int:
                                       "skipped": skipped}
     log(f"maskbench: {len(files)} files x {len(engines)} engines, {args.workers} workers, "
         f"timeout {args.timeout:g} s -> {out}")
+    corral_options = {"property_order": args.property_order}
+    meta["corral_options"] = corral_options
     run_maskbench(files, engines, out, config=config, workers=args.workers, timeout_s=args.timeout,
-                  progress=not args.no_progress, meta=meta)
+                  progress=not args.no_progress, meta=meta, corral_options=corral_options)
     print((out / "summary.md").read_text(encoding="utf-8"))
     log(f"wrote {out}/results.jsonl, summary.json, summary.md, maskbench.png")
     return 0

@@ -82,6 +82,7 @@ __all__ = [
     "encode_continuation",
     "bit_is_set",
     "warm_up",
+    "compile_schema",
 ]
 
 SourceKind = Literal["gbnf", "regex", "json_schema"]
@@ -565,3 +566,16 @@ def warm_up(engine: Engine, kind: SourceKind = "json_schema", source: Any = None
         return
     engine.fill_mask(handle)
     engine.reset_caches()
+
+
+def compile_schema(engine: Engine, schema: Any, corral_options: dict | None = None) -> Any:
+    """``engine.compile("json_schema", schema)``, with ``corral_options`` (``JsonSchemaOptions``
+    fields) added to corral's ``schema_options`` for this one call; the peers take no options."""
+    if not corral_options or getattr(engine, "name", "") != "corral":
+        return engine.compile("json_schema", schema)
+    plain = engine.schema_options
+    engine.schema_options = {**plain, **corral_options}
+    try:
+        return engine.compile("json_schema", schema)
+    finally:
+        engine.schema_options = plain

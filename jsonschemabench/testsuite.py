@@ -132,25 +132,17 @@ _REMOTES_CACHE: dict[str, dict] = {}
 
 
 def _compile(engine: Any, schema: Any, corral_options: dict) -> Any:
-    """``engine.compile("json_schema", schema)``; corral with the suite's JSON Schema options
-    (registry, format mode).
+    """``compile_schema`` with the suite's options for corral, its ``remotes`` folder loaded (once
+    per worker) as the ``registry``."""
+    from .peers import compile_schema
 
-    The peers' adapters take no options; corral's ``schema_options`` get them for this one call.
-    """
-    if getattr(engine, "name", "") != "corral" or not corral_options:
-        return engine.compile("json_schema", schema)
     options = dict(corral_options)
     remotes = options.pop("remotes", None)
     if remotes:
         if remotes not in _REMOTES_CACHE:
             _REMOTES_CACHE[remotes] = load_remotes(Path(remotes))
         options["registry"] = _REMOTES_CACHE[remotes]
-    plain = engine.schema_options
-    engine.schema_options = {**plain, **options}
-    try:
-        return engine.compile("json_schema", schema)
-    finally:
-        engine.schema_options = plain
+    return compile_schema(engine, schema, options)
 
 
 def run_testsuite(
