@@ -422,19 +422,8 @@ def plot(rows: Sequence[Mapping], path: Path) -> Path | None:
             x, y = report._survival(sample)
             if x.size:
                 ax.step(x, y, where="post", label=f"{label} (n={sample.size:,})")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("ms")
-        ax.set_ylabel("fraction slower than x")
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+        report.style_survival_axis(ax, title, "ms")
+    return report.save_figure(fig, path)
 
 
 # --- the run ------------------------------------------------------------------------------------

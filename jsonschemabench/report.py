@@ -20,6 +20,8 @@ __all__ = [
     "summarize_maskbench",
     "maskbench_markdown",
     "plot_maskbench",
+    "style_survival_axis",
+    "save_figure",
     "summarize_testsuite",
     "testsuite_markdown",
     "format_us",
@@ -200,14 +202,26 @@ def plot_maskbench(records: Sequence[Mapping], engines: Sequence[str], path: Pat
                 ax.step(x, y, where="post", label=f"{name} (n={values.size:,})")
     titles = ("Time between masks (TBM)", "Time to first mask (TTFM, compile + 1st mask)")
     for ax, title in zip(axes, titles):
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("µs")
-        ax.set_ylabel("fraction slower than x")
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
+        style_survival_axis(ax, title, "µs")
+    return save_figure(fig, path)
+
+
+def style_survival_axis(ax, title: str, unit: str) -> None:
+    """Log-log axes of a survival plot (fraction of samples slower than x), as every benchmark draws them."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(unit)
+    ax.set_ylabel("fraction slower than x")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Lay out, write as PNG (creating the folder) and close ``fig``."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
