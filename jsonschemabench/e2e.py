@@ -44,11 +44,9 @@ import numpy as np
 from .maskbench import (
     Task,
     WorkerConfig,
-    _cpu_name,
-    _progress_bar,
     default_shared,
     list_cases,
-    run_tasks,
+    run_with_progress,
     select_sample,
     split_of,
 )
@@ -438,28 +436,25 @@ def run_e2e(files: Sequence[Path], config: E2EConfig, out_dir: Path, *, timeout_
     worker = WorkerConfig(tokenizer_loader="jsonschemabench.e2e:load_setup", tokenizer_arg=config,
                           mem_limit_bytes=mem_limit_bytes, warm_up=False)
     rows: list[dict] = []
-    bar = _progress_bar(len(tasks), "e2e") if progress else None
     with (out_dir / "results.jsonl").open("w", encoding="utf-8") as sink:
-        def on_result(task: Task, record: dict, info: dict | None) -> None:
+        def on_row(task: Task, record: dict, info: dict | None) -> dict:
             row = {"file": task.key, "split": split_of(task.key), **record}
             row.setdefault("error", None)
             sink.write(json.dumps(row, ensure_ascii=False) + "\n")
             sink.flush()
             rows.append(row)
-            if bar is not None:
-                bar.update(1)
-                if row["outcome"] in ("timeout", "crash", "error") or row.get("truncated") \
-                        or row.get("validity") in ("invalid", "unparsable"):
-                    bar.write(f"{task.key}: {row['outcome']} {row.get('validity') or ''} {row.get('error') or ''}"[:200])
+            return row
 
-        def on_unavailable(engine: str, message: str) -> None:
-            raise RuntimeError(f"the e2e worker could not start: {message}")
+        def notable(task: Task, row: dict) -> str | None:
+            if row["outcome"] in ("timeout", "crash", "error") or row.get("truncated") \
+                    or row.get("validity") in ("invalid", "unparsable"):
+                return f"{task.key}: {row['outcome']} {row.get('validity') or ''} {row.get('error') or ''}"
+            return None
 
-        try:
-            run_tasks(tasks, worker, on_result, workers=1, timeout_s=timeout_s, on_unavailable=on_unavailable)
-        finally:
-            if bar is not None:
-                bar.close()
+        skipped = run_with_progress(tasks, worker, on_row, desc="e2e", workers=1, timeout_s=timeout_s,
+                                    progress=progress, notable=notable)
+    if skipped:
+        raise RuntimeError(f"the e2e worker could not start: {next(iter(skipped.values()))}")
     for row in rows:  # a crash inside generate comes back from the pool as "crash" with a traceback
         if row["outcome"] == "crash" and row.get("traceback"):
             row["outcome"] = "error"
@@ -527,7 +522,7 @@ def main(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / f"e2e-{datetime.now():%Y%m%d-%H%M%S}"
     meta = {"command": " ".join(sys.argv), "data": str(data), "sample": args.sample, "split": args.split,
             "only": args.only,
-            "cpu": _cpu_name(), "started": datetime.now().isoformat(timespec="seconds")}
+            "cpu": report.cpu_name(), "started": datetime.now().isoformat(timespec="seconds")}
     log(f"e2e: {len(files)} schemas, max_tokens {args.max_tokens}, timeout {args.timeout:g} s -> {out}")
     run_e2e(files, config, out, timeout_s=args.timeout, progress=not args.no_progress, meta=meta)
     print((out / "summary.md").read_text(encoding="utf-8"))

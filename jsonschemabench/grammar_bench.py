@@ -37,6 +37,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from . import report
 from .samples import GBNF_SAMPLES, REGEX_SAMPLES, REGEXES
 
 __all__ = [
@@ -243,16 +244,6 @@ def _importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -331,7 +322,7 @@ def main(args: argparse.Namespace) -> int:
     vocab_width = len(tokenizer.hf)
     header = [
         f"Grammar benchmark — tokenizer `{tokenizer.name}` ({vocab_width:,} tokens, samples encoded by "
-        f"{tokenizer.encoder_name}); repeat {args.repeat}; single thread; {_cpu_name()}; "
+        f"{tokenizer.encoder_name}); repeat {args.repeat}; single thread; {report.cpu_name()}; "
         f"Python {platform.python_version()}.",
         "Engines: " + ", ".join(f"{e.name} {e.version}" for e in engines) + ".",
     ] + [f"Skipped: {s}." for s in skipped]
@@ -342,7 +333,7 @@ def main(args: argparse.Namespace) -> int:
             payload = {
                 "tokenizer": str(args.tokenizer), "vocab_width": vocab_width, "repeat": args.repeat,
                 "engines": {e.name: e.version for e in engines}, "skipped": skipped,
-                "cpu": _cpu_name(), "python": platform.python_version(),
+                "cpu": report.cpu_name(), "python": platform.python_version(),
                 "results": [r.summary() | {"raw": asdict(r)} for r in results],
             }
             args.out.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -59,6 +59,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from . import report
+
 __all__ = [
     "DEFAULT_ENGINES",
     "OUTCOMES",
@@ -70,6 +72,7 @@ __all__ = [
     "WorkerConfig",
     "Task",
     "run_tasks",
+    "run_with_progress",
     "run_maskbench",
     "add_arguments",
     "main",
@@ -532,6 +535,54 @@ def _progress_bar(total: int, desc: str):
     return tqdm(total=total, desc=desc, unit="run", dynamic_ncols=True, file=sys.stderr)
 
 
+def run_with_progress(
+    tasks: Sequence[Task],
+    config: WorkerConfig,
+    on_row: Callable[[Task, dict, dict | None], dict],
+    *,
+    desc: str,
+    workers: int,
+    timeout_s: float,
+    progress: bool = True,
+    notable: Callable[[Task, dict], str | None] | None = None,
+) -> dict[str, str]:
+    """``run_tasks`` behind a progress bar, as every runner drives it.
+
+    ``on_row(task, record, info)`` stores one result and returns its row; ``notable(task, row)``
+    gives a line to print above the bar, or ``None`` (default: timeouts and crashes). Returns the
+    engines that could not start, with the reason (their tasks are dropped, the bar shrinks).
+    """
+    skipped: dict[str, str] = {}
+    bar = _progress_bar(len(tasks), desc) if progress else None
+
+    def default_notable(task: Task, row: dict) -> str | None:
+        if row["outcome"] in ("timeout", "crash"):
+            return f"{task.engine} {task.key}: {row['outcome']} ({row.get('error')})"
+        return None
+
+    def on_result(task: Task, record: dict, info: dict | None) -> None:
+        row = on_row(task, record, info)
+        if bar is not None:
+            bar.update(1)
+            line = (notable or default_notable)(task, row)
+            if line:
+                bar.write(line[:300])
+
+    def on_unavailable(engine: str, message: str) -> None:
+        skipped[engine] = message
+        if bar is not None:
+            bar.write(f"{engine}: skipped ({message})")
+            bar.total -= sum(1 for t in tasks if t.engine == engine)
+            bar.refresh()
+
+    try:
+        run_tasks(tasks, config, on_result, workers=workers, timeout_s=timeout_s, on_unavailable=on_unavailable)
+    finally:
+        if bar is not None:
+            bar.close()
+    return skipped
+
+
 def run_maskbench(
     files: Sequence[Path],
     engines: Sequence[str],
@@ -548,8 +599,6 @@ def run_maskbench(
 
     Returns the summary (``report.summarize_maskbench``) with ``meta`` attached.
     """
-    from . import report
-
     out_dir.mkdir(parents=True, exist_ok=True)
     results_path = out_dir / "results.jsonl"
     payloads = [{"path": str(path), "corral_options": corral_options or {}} for path in files]
@@ -557,11 +606,9 @@ def run_maskbench(
              for p in payloads for engine in engines]
     records: list[dict] = []
     engine_info: dict[str, dict] = {}
-    skipped: dict[str, str] = {}
-    bar = _progress_bar(len(tasks), "maskbench") if progress else None
 
     with results_path.open("w", encoding="utf-8") as sink:
-        def on_result(task: Task, record: dict, info: dict | None) -> None:
+        def on_row(task: Task, record: dict, info: dict | None) -> dict:
             file_name, engine = task.key
             if info is not None:
                 engine_info.setdefault(engine, info)
@@ -572,24 +619,10 @@ def run_maskbench(
             if "tbm_us" in row:  # 8 bytes a sample in memory; a full run holds millions
                 row["tbm_us"] = np.asarray(row["tbm_us"], dtype=np.float64)
             records.append(row)
-            if bar is not None:
-                bar.update(1)
-                if row["outcome"] in ("timeout", "crash"):
-                    bar.write(f"{engine} {file_name}: {row['outcome']} ({row.get('error')})")
+            return row
 
-        def on_unavailable(engine: str, message: str) -> None:
-            skipped[engine] = message
-            if bar is not None:
-                bar.write(f"{engine}: skipped ({message})")
-                bar.total -= sum(1 for t in tasks if t.engine == engine)
-                bar.refresh()
-
-        try:
-            run_tasks(tasks, config, on_result, workers=workers, timeout_s=timeout_s,
-                      on_unavailable=on_unavailable)
-        finally:
-            if bar is not None:
-                bar.close()
+        skipped = run_with_progress(tasks, config, on_row, desc="maskbench", workers=workers,
+                                    timeout_s=timeout_s, progress=progress)
 
     order = [e for e in engines if e not in skipped]
     summary = report.summarize_maskbench(records, order, engine_info, timeout_s=timeout_s)
@@ -601,16 +634,6 @@ def run_maskbench(
     (out_dir / "summary.md").write_text(table, encoding="utf-8")
     report.plot_maskbench(records, order, out_dir / "maskbench.png", timeout_s=timeout_s)
     return summary
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def parse_engines(text: str) -> list[str]:
@@ -686,7 +709,7 @@ def run_meta(args: argparse.Namespace, config: WorkerConfig) -> dict:
         "command": " ".join(sys.argv),
         "tokenizer": config.tokenizer_arg,
         "mem_limit_gib": (config.mem_limit_bytes or 0) / 2**30 or None,
-        "cpu": _cpu_name(),
+        "cpu": report.cpu_name(),
         "python": platform.python_version(),
         "started": datetime.now().isoformat(timespec="seconds"),
         "single_thread": THREAD_ENV,

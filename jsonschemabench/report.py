@@ -21,6 +21,7 @@ __all__ = [
     "maskbench_markdown",
     "plot_maskbench",
     "style_survival_axis",
+    "cpu_name",
     "save_figure",
     "summarize_testsuite",
     "testsuite_markdown",
@@ -301,3 +302,16 @@ def testsuite_markdown(summary: Mapping, title: str = "JSON Schema Test Suite") 
     skipped = meta.get("skipped") or {}
     detail += [f"- {name}: skipped ({_md_escape(reason)})" for name, reason in skipped.items()]
     return "\n".join(lines + [""] + detail) + "\n"
+
+
+def cpu_name() -> str:
+    """The CPU model, recorded next to every timing."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()

@@ -58,13 +58,12 @@ from typing import Any, Callable, Sequence
 from .maskbench import (
     Task,
     WorkerConfig,
-    _progress_bar,
     add_common_arguments,
     available_engines,
     default_shared,
     parse_engines,
     run_meta,
-    run_tasks,
+    run_with_progress,
     walk_instance,
     worker_config,
 )
@@ -176,10 +175,8 @@ def run_testsuite(
                                                                          "corral_options": corral_options or {}}))
     rows: list[dict] = []
     engine_info: dict[str, dict] = {}
-    skipped: dict[str, str] = {}
-    bar = _progress_bar(len(tasks), "testsuite") if progress else None
     with (out_dir / "results.jsonl").open("w", encoding="utf-8") as sink:
-        def on_result(task: Task, record: dict, info: dict | None) -> None:
+        def on_row(task: Task, record: dict, info: dict | None) -> dict:
             file_name, index, description = task.key
             if info is not None:
                 engine_info.setdefault(task.engine, info)
@@ -190,23 +187,10 @@ def run_testsuite(
             rows.append(row)
             sink.write(json.dumps(row, ensure_ascii=False) + "\n")
             sink.flush()
-            if bar is not None:
-                bar.update(1)
-                if row["outcome"] in ("timeout", "crash"):
-                    bar.write(f"{task.engine} {file_name} #{index}: {row['outcome']} ({row.get('error')})")
+            return row
 
-        def on_unavailable(engine: str, message: str) -> None:
-            skipped[engine] = message
-            if bar is not None:
-                bar.write(f"{engine}: skipped ({message})")
-                bar.total -= sum(1 for t in tasks if t.engine == engine)
-                bar.refresh()
-
-        try:
-            run_tasks(tasks, config, on_result, workers=workers, timeout_s=timeout_s, on_unavailable=on_unavailable)
-        finally:
-            if bar is not None:
-                bar.close()
+        skipped = run_with_progress(tasks, config, on_row, desc="testsuite", workers=workers,
+                                    timeout_s=timeout_s, progress=progress)
     order = [e for e in engines if e not in skipped]
     summary = report.summarize_testsuite(rows, order, engine_info)
     meta = dict(meta or {})
