@@ -19,7 +19,7 @@ from itertools import product
 from typing import TYPE_CHECKING, Any
 
 from grammars.errors import GrammarError
-from grammars.frontends.json_schema.document import Located
+from grammars.frontends.json_schema.document import Located, count_keyword
 from grammars.frontends.json_schema.values import literal_values
 from grammars.ir import NOTHING, Expr, Ref, alt, seq
 
@@ -61,14 +61,6 @@ class ArrayRules:
         return ArrayRules(list(self.item_rules), self.min_items, self.max_items, list(self.contains), self.unique, self.where)
 
 
-def _count(value: Any, keyword: str, where: str) -> int:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise GrammarError(f"malformed schema at {where}: {keyword!r} must be a non-negative integer, got {value!r}")
-    return value
-
-
 def _schema(value: Any, keyword: str, where: str) -> None:
     if not isinstance(value, (dict, bool)):
         raise GrammarError(f"malformed schema at {where}: {keyword!r} must be a schema, got {value!r}")
@@ -106,14 +98,14 @@ def apply_array_keywords(c: "SchemaCompiler", conj: "Conjunction", part: Located
     if prefix or rest is not None:
         rules.item_rules.append(ItemRule(prefix, rest))
     if "minItems" in node:
-        rules.min_items = max(rules.min_items, _count(node["minItems"], "minItems", where))
+        rules.min_items = max(rules.min_items, count_keyword(node["minItems"], "minItems", where))
     if "maxItems" in node:
-        high = _count(node["maxItems"], "maxItems", where)
+        high = count_keyword(node["maxItems"], "maxItems", where)
         rules.max_items = high if rules.max_items is None else min(rules.max_items, high)
     if "contains" in node:
         _schema(node["contains"], "contains", where)
-        low = _count(node.get("minContains", 1), "minContains", where)
-        high = _count(node["maxContains"], "maxContains", where) if "maxContains" in node else None
+        low = count_keyword(node.get("minContains", 1), "minContains", where)
+        high = count_keyword(node["maxContains"], "maxContains", where) if "maxContains" in node else None
         rules.contains.append((doc.child(part, node["contains"], "contains"), low, high))
     if "uniqueItems" in node:
         if not isinstance(node["uniqueItems"], bool):

@@ -45,7 +45,7 @@ from grammars.errors import (
     UnsupportedSchemaError,
 )
 from grammars.frontends.json_schema import scalars
-from grammars.frontends.json_schema.document import Located, escape_token
+from grammars.frontends.json_schema.document import Located, count_keyword, escape_token
 from grammars.frontends.json_schema.values import canonical, json_type
 from grammars.frontends.regex import parse_regex
 from grammars.ir import NOTHING, Alt, Chars, Expr, Literal, Repeat, Seq
@@ -591,10 +591,9 @@ def _refers_back(c: "SchemaCompiler", start: Located, limit: int = 200) -> bool:
 
 def _negate_contains(inner: Located, node: dict) -> list[dict]:
     """Arrays whose count of elements matching ``inner`` is outside [minContains, maxContains]."""
-    low, high = node.get("minContains", 1), node.get("maxContains")
-    if not isinstance(low, (int, float)) or isinstance(low, bool) or (high is not None and (not isinstance(high, (int, float)) or isinstance(high, bool))):
-        raise GrammarError(f"malformed schema at {inner.where}: minContains/maxContains must be non-negative integers")
-    low, high = int(low), None if high is None else int(high)
+    low = count_keyword(node.get("minContains", 1), "minContains", inner.where)
+    high = node.get("maxContains")
+    high = None if high is None else count_keyword(high, "maxContains", inner.where)
     pieces: list[dict] = []
     if low > 0:
         pieces.append({"type": "array", "contains": {"corral:all": [inner]}, "minContains": 0, "maxContains": low - 1})

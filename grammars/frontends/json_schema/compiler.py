@@ -43,6 +43,7 @@ from grammars.frontends.json_schema import arrays, combinators, objects, scalars
 from grammars.frontends.json_schema.document import (
     Located,
     SchemaDocument,
+    count_keyword,
 )
 from grammars.frontends.json_schema.options import JsonSchemaOptions
 from grammars.frontends.json_schema.values import (
@@ -902,10 +903,7 @@ def _merge_string_keywords(c: SchemaCompiler, conj: Conjunction, strings: dict, 
         conj.string_where = where
     for key, value in strings.items():
         if key in ("minLength", "maxLength"):
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise GrammarError(f"malformed schema at {where}: {key!r} must be a non-negative integer, got {value!r}")
+            value = count_keyword(value, key, where)
         if key == "pattern" and not isinstance(value, str):
             raise GrammarError(f"malformed schema at {where}: 'pattern' must be a string, got {value!r}")
         if key not in merged:

@@ -384,3 +384,13 @@ class SchemaDocument:
             token = _unescape_token(raw)
             node = node[int(token)] if isinstance(node, list) else node[token]
         return node
+
+
+def count_keyword(value: Any, keyword: str, where: str) -> int:
+    """The value of a counting keyword (``minItems``, ``maxLength``, ``minContains``, ...): a
+    non-negative integer, where ``2.0`` counts as ``2`` (JSON has one number type)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise GrammarError(f"malformed schema at {where}: {keyword!r} must be a non-negative integer, got {value!r}")
+    return value

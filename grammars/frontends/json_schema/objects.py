@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from grammars.errors import GrammarError
 from grammars.frontends.json_schema import combinators, scalars
-from grammars.frontends.json_schema.document import Located
+from grammars.frontends.json_schema.document import Located, count_keyword
 from grammars.ir import NOTHING, Expr, alt, seq
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -83,14 +83,6 @@ class ObjectRules:
                            list(self.property_names), self.where)
 
 
-def _count(value: Any, keyword: str, where: str) -> int:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise GrammarError(f"malformed schema at {where}: {keyword!r} must be a non-negative integer, got {value!r}")
-    return value
-
-
 def apply_object_keywords(c: "SchemaCompiler", conj: "Conjunction", part: Located, node: dict) -> None:
     """Merge ``node``'s object keywords into ``conj``."""
     if not OBJECT_KEYWORDS.intersection(node):
@@ -124,9 +116,9 @@ def apply_object_keywords(c: "SchemaCompiler", conj: "Conjunction", part: Locate
         for name in required:
             rules.required[name] = None
     if "minProperties" in node:
-        rules.min_properties = max(rules.min_properties, _count(node["minProperties"], "minProperties", where))
+        rules.min_properties = max(rules.min_properties, count_keyword(node["minProperties"], "minProperties", where))
     if "maxProperties" in node:
-        high = _count(node["maxProperties"], "maxProperties", where)
+        high = count_keyword(node["maxProperties"], "maxProperties", where)
         rules.max_properties = high if rules.max_properties is None else min(rules.max_properties, high)
     names = node.get("propertyNames")
     if names is not None and names is not True and names != {}:

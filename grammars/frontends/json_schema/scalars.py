@@ -42,6 +42,7 @@ from typing import Any, Callable, Mapping
 
 from grammars.automata.byte_dfa import ByteDFA, compile_regular, intersect
 from grammars.errors import GrammarSyntaxError, LimitExceeded, UnsupportedGrammarError, UnsupportedSchemaError
+from grammars.frontends.json_schema.document import count_keyword
 from grammars.frontends.regex import parse_regex
 from grammars.ir import NOTHING, Expr, alt
 
@@ -79,14 +80,7 @@ string_not_in = _strings.string_not_in
 
 
 def _length(schema: Mapping, key: str, pointer: str) -> int | None:
-    if key not in schema:
-        return None
-    value = schema[key]
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise UnsupportedSchemaError(key, pointer, f"{key} must be a non-negative integer, got {value!r}")
-    return value
+    return count_keyword(schema[key], key, pointer) if key in schema else None
 
 
 def string_schema(
