@@ -17,6 +17,7 @@ allowed) then costs dictionary lookups and ORs, not walks.
 
 from __future__ import annotations
 
+import hashlib
 from threading import Lock
 
 import numpy as np
@@ -24,6 +25,7 @@ from numba import njit
 
 from grammars.automata.byte_dfa import byte_classes, load_kernels
 from grammars.bitmask import mask_words
+from grammars.token_slices import default_slices
 from grammars.trie import TokenTrie
 
 __all__ = ["PathWalk", "WalkCache", "tokens_to_words", "bounded_equivalence"]
@@ -304,6 +306,45 @@ def _moore(columns, accepting, rounds):  # pragma: no cover - jitted
     return classes
 
 
+#: ``WalkCache.language_key`` looks at DFAs of at most this many states, and gives a key when at
+#: most this many are reachable from the state (a string body and what closes it: ~10).
+LANGUAGE_KEY_MAX_DFA = 4096
+LANGUAGE_KEY_MAX_REACH = 64
+_UNSET = object()
+
+
+@njit(cache=True, nogil=True)
+def _reachable_form(flat, accepting, state, limit):  # pragma: no cover - jitted
+    """The states reachable from ``state`` renumbered breadth-first (bytes in order): their
+    transition rows then accepting flags, as int32; empty when more than ``limit`` are reachable."""
+    n = accepting.shape[0]
+    label = np.full(n, -1, np.int32)
+    order = np.empty(limit, np.int64)
+    order[0] = state
+    label[state] = 0
+    count = 1
+    head = 0
+    while head < count:
+        q = order[head]
+        head += 1
+        for b in range(256):
+            t = flat[q * 256 + b]
+            if t >= 0 and label[t] < 0:
+                if count == limit:
+                    return np.empty(0, np.int32)
+                label[t] = count
+                order[count] = t
+                count += 1
+    form = np.empty(count * 257, np.int32)
+    for i in range(count):
+        q = order[i]
+        for b in range(256):
+            t = flat[q * 256 + b]
+            form[i * 256 + b] = label[t] if t >= 0 else -1
+        form[count * 256 + i] = 1 if accepting[q] else 0
+    return form
+
+
 #: Walk classes are computed when rounds x states x byte classes stays under this many cells
 #: (tens of milliseconds compiled); bigger DFAs key walks by exact state — correct, just less shared.
 WALK_CLASS_BUDGET = 40_000_000
@@ -351,8 +392,10 @@ class WalkCache:
         self._words = mask_words(logits_width)
         self._live: dict = {}
         self._classes: dict = {}
+        self._language_keys: dict = {}
         self._horizon = int(trie.node_depth.max())  # the longest token, in bytes
         self._edge_counts = np.diff(trie.edge_byte_start)
+        self._slices = default_slices(trie, logits_width)
         self._load_kernels()
 
     def _walk_root(self, flat, accepting, state: int):
@@ -373,6 +416,9 @@ class WalkCache:
         _child_byte_counts(trie.child_start, trie.child_count, trie.node_byte, _ROOT)
         tokens_to_words(np.zeros(0, dtype=np.int64), self._words)
         _token_next_states(trie.node_parent, trie.node_byte, trie.token_node, dead, 0)
+        for token_slice in self._slices:
+            token_slice.walk_table(dead, no, 0)
+        _reachable_form(dead, no, 0, 2)
         small = load_kernels()  # the DFA construction kernels too: every compile needs them
         bounded_equivalence(small.table, small.accepting, 2)
 
@@ -391,11 +437,35 @@ class WalkCache:
             self._classes[dfa.key] = classes
         return classes
 
+    def language_key(self, dfa, state: int) -> bytes | None:
+        """Digest of the language from ``state`` when few states are reachable from it, else None.
+
+        Walks depend only on that language, so this key shares them across DFAs: the body of a
+        quoted string ends the same way in every terminal it closes, e.g. one per object key.
+        A minimal DFA's states reachable from ``state``, numbered in breadth-first byte order,
+        are a canonical form of the language (a different DFA size gives a different form).
+        """
+        memo = (dfa.key, state)
+        key = self._language_keys.get(memo, _UNSET)
+        if key is _UNSET:
+            key = None
+            if dfa.n_states <= LANGUAGE_KEY_MAX_DFA:
+                form = _reachable_form(_flat(dfa), dfa.accepting, state, LANGUAGE_KEY_MAX_REACH)
+                if form.shape[0]:
+                    key = hashlib.blake2b(form.tobytes(), digest_size=20).digest()
+            self._language_keys[memo] = key
+        return key
+
     def root(self, dfa, state: int) -> PathWalk:
         """Walk ``dfa`` from ``state`` over the whole trie (the tokens that start a lexeme here)."""
         key = (dfa.key, int(self.walk_class(dfa)[state]))
         hit = self._roots.get(key)
         if hit is not None:
+            return hit
+        language = self.language_key(dfa, state)
+        hit = self._roots.get(language) if language is not None else None
+        if hit is not None:
+            self._roots[key] = hit
             return hit
         trie = self.trie
         first = slice(1, 1 + int(trie.child_count[0]))
@@ -406,14 +476,20 @@ class WalkCache:
             words = tokens_to_words(tokens, self._words)
         elif reach * 2 < trie.n_nodes:  # whitespace, numbers: jump over the dead subtrees
             words, accept = self._walk_root(_flat(dfa), dfa.accepting, state)
-        else:
-            words, accept = _linear_walk(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), dfa.accepting,
-                                         state, self._words)
+        else:  # most of the trie is alive: a string body, unless a slice makes it small
+            sliced = next((s for s in self._slices if s.applies(dfa, state)), None)
+            if sliced is not None:
+                words, accept = sliced.walk(dfa, state)
+            else:
+                words, accept = _linear_walk(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa),
+                                             dfa.accepting, state, self._words)
         words.setflags(write=False)
         walk = PathWalk(words, None, accept, self._child_bytes(accept))
         with self._lock:
             self._account(walk)
             self._roots[key] = walk
+            if language is not None:
+                self._roots[language] = walk
         return walk
 
     def extend(self, walk: PathWalk, dfa, state: int) -> PathWalk:
@@ -423,8 +499,11 @@ class WalkCache:
         if hit is not None:
             return hit
         live, live_set = self._live_bytes(dfa, state)
+        language = None
         if not walk.child_byte_set & live_set:
             child = _EMPTY_WALK
+        elif (language := self.language_key(dfa, state)) is not None and language in walk._children:
+            child = walk._children[language]
         else:
             tokens, accept = self._sub_walk(dfa, state, walk.accept_nodes, walk if
                                             int(self._edge_counts[live].sum()) < walk.children_total else None)
@@ -433,6 +512,8 @@ class WalkCache:
                 self._account(child)
         with walk._lock:
             walk._children[key] = child
+            if language is not None:
+                walk._children[language] = child
         return child
 
     def token_next_states(self, dfa, state: int) -> np.ndarray:
@@ -447,6 +528,7 @@ class WalkCache:
         size = walk.accept_nodes.nbytes + (walk.mask.nbytes if walk.mask is not None else walk.tokens.nbytes)
         if self._held_bytes + size > self.max_bytes:
             self._roots = {}
+            self._language_keys = {}
             self._held_bytes = 0
         self._held_bytes += size
 

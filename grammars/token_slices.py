@@ -1,0 +1,181 @@
+"""Token slices: the vocabulary split once into "plain text" tokens and the rest.
+
+Inside a quoted string almost every token is allowed, so a root walk from a string-body state
+visits the whole trie (~275K nodes for Llama 3, ~0.5 ms) on the first mask of each such state.
+A *slice* is a character class C fixed per vocabulary (by default JSON's unescaped string
+characters). Its tokens — those whose bytes are whole characters of C — are found once, with
+the *residual trie*: the trie of every other token (~12K nodes for Llama 3).
+
+For a DFA state s, the slice *applies* when every nonempty prefix of a string in C* keeps the
+DFA alive and non-accepting from s (checked on the product of C*'s DFA with the DFA from s).
+Then every slice token is allowed from s, none of the slice's trie nodes is a place where the
+lexeme may end, and the walk from s is: the slice's tokens, OR a walk over the residual trie.
+The test is exact, so a slice is only ever an accelerator: where it does not apply (counted
+lengths, patterns, accepting loops) the walk is the ordinary one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from grammars.automata.byte_dfa import ByteDFA, compile_regular
+from grammars.bitmask import mask_words
+from grammars.trie import TokenTrie
+
+__all__ = ["TokenSlice", "build_slice", "default_slices", "DEFAULT_SLICE_CLASSES"]
+
+#: Character classes sliced by default (regex syntax): JSON's unescaped string characters, which
+#: every quoted-string body of JSON, GBNF and C-like grammars allows, also when it allows more.
+DEFAULT_SLICE_CLASSES: tuple[str, ...] = (r'[^"\\\x00-\x1f\x7f]',)
+
+#: Product states explored by ``TokenSlice.applies`` before giving up (the answer is then "no",
+#: which only costs the ordinary walk); a string body needs fewer than ten.
+APPLY_LIMIT = 64
+
+
+@dataclass(frozen=True, eq=False)
+class TokenSlice:
+    """One character class's tokens, and the trie of every other token (see module docstring)."""
+
+    pattern: str
+    loop: ByteDFA  # C*: whole characters of the class; the start state accepts
+    mask: np.ndarray  # packed int32 words: the slice's tokens
+    parent: np.ndarray  # int64[n]: residual trie, parent position (breadth-first, root first)
+    node_byte: np.ndarray  # uint8[n]
+    node: np.ndarray  # int64[n]: the main trie node at each residual position (ascending)
+    token_position: np.ndarray  # int64[k]: residual position of each residual token ...
+    token_id: np.ndarray  # int64[k]: ... and its id
+    loop_bytes: tuple[np.ndarray, ...]  # per loop state: the bytes it has a transition on
+    loop_next: tuple[np.ndarray, ...]  # per loop state: where those bytes go
+
+    @property
+    def n_slice_tokens(self) -> int:
+        return int(np.unpackbits(self.mask.view(np.uint8)).sum())
+
+    def applies(self, dfa: ByteDFA, state: int) -> bool:
+        """Every nonempty prefix of C* keeps ``dfa`` alive and non-accepting from ``state``."""
+        table, accepting = dfa.table, dfa.accepting
+        seen = {(self.loop.start, int(state))}
+        todo = list(seen)
+        while todo:
+            loop_state, q = todo.pop()
+            targets = table[q, self.loop_bytes[loop_state]]
+            if (targets < 0).any() or accepting[targets].any():
+                return False
+            for pair in set(zip(self.loop_next[loop_state].tolist(), targets.tolist())):
+                if pair not in seen:
+                    if len(seen) >= APPLY_LIMIT:
+                        return False
+                    seen.add(pair)
+                    todo.append(pair)
+        return True
+
+    def walk(self, dfa: ByteDFA, state: int) -> tuple[np.ndarray, np.ndarray]:
+        """(packed mask, accept nodes) of the root walk from ``state``; only where ``applies``."""
+        return self.walk_table(dfa.table.reshape(-1), dfa.accepting, state)
+
+    def walk_table(self, flat: np.ndarray, accepting: np.ndarray, state: int) -> tuple[np.ndarray, np.ndarray]:
+        """``walk`` on a flattened transition table."""
+        words, accept = _residual_walk(self.parent, self.node_byte, flat, accepting, state, self.token_position,
+                                       self.token_id, self.mask)
+        return words, self.node[accept]
+
+
+def build_slice(trie: TokenTrie, pattern: str, logits_width: int) -> TokenSlice:
+    """Split ``trie``'s tokens by the character class ``pattern`` (a regex for one character)."""
+    from grammars.frontends.regex import parse_regex
+
+    loop = compile_regular(parse_regex(f"(?:{pattern})*"))
+    ends = _token_end_states(trie.node_parent, trie.node_byte, trie.token_node, loop.table.reshape(-1), loop.start)
+    text = trie.token_node < trie.n_nodes
+    in_slice = text & (ends >= 0) & loop.accepting[np.maximum(ends, 0)]
+    mask = np.zeros(mask_words(logits_width), dtype=np.int32)
+    ids = np.flatnonzero(in_slice)
+    np.bitwise_or.at(mask.view(np.uint32), ids >> 5, (np.uint32(1) << (ids & 31).astype(np.uint32)))
+    # the residual trie: every node on the path to a token outside the slice
+    rest = np.flatnonzero(text & ~in_slice)
+    keep = np.zeros(trie.n_nodes, dtype=bool)
+    keep[0] = True
+    keep[trie.token_node[rest]] = True
+    level_start = np.searchsorted(trie.node_depth, np.arange(int(trie.node_depth.max()) + 2))
+    for depth in range(int(trie.node_depth.max()), 0, -1):  # breadth-first: levels are contiguous
+        level = np.arange(level_start[depth], level_start[depth + 1])
+        keep[trie.node_parent[level[keep[level]]]] = True
+    node = np.flatnonzero(keep)
+    position = np.full(trie.n_nodes, -1, dtype=np.int64)
+    position[node] = np.arange(node.shape[0])
+    arrays = dict(
+        mask=mask,
+        parent=position[trie.node_parent[node]],
+        node_byte=np.ascontiguousarray(trie.node_byte[node]),
+        node=node,
+        token_position=position[trie.token_node[rest]],
+        token_id=rest.astype(np.int64),
+    )
+    for arr in arrays.values():
+        arr.setflags(write=False)
+    live = [np.flatnonzero(loop.table[s] >= 0) for s in range(loop.n_states)]
+    return TokenSlice(pattern=pattern, loop=loop, loop_bytes=tuple(live),
+                      loop_next=tuple(loop.table[s, b] for s, b in enumerate(live)), **arrays)
+
+
+def default_slices(trie: TokenTrie, logits_width: int) -> tuple[TokenSlice, ...]:
+    """``DEFAULT_SLICE_CLASSES`` for ``trie``, built once per trie (a few ms) and kept on it."""
+    key = f"_corral_slices_{logits_width}"
+    cached = trie.__dict__.get(key)
+    if cached is None:
+        cached = tuple(build_slice(trie, pattern, logits_width) for pattern in DEFAULT_SLICE_CLASSES)
+        trie.__dict__[key] = cached  # derived data of an immutable object
+    return cached
+
+
+@njit(cache=True, nogil=True)
+def _token_end_states(parent, node_byte, token_node, flat, state):  # pragma: no cover - jitted
+    """Per token, the state its bytes reach from ``state`` (-1: dead; sentinel tokens: -1)."""
+    n = parent.shape[0]
+    states = np.empty(n + 1, np.int32)
+    states[0] = state
+    for node in range(1, n):
+        ps = states[parent[node]]
+        states[node] = -1 if ps < 0 else flat[ps * 256 + node_byte[node]]
+    states[n] = -1
+    out = np.empty(token_node.shape[0], np.int32)
+    for t in range(token_node.shape[0]):
+        out[t] = states[token_node[t]]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _residual_walk(parent, node_byte, flat, accepting, state, token_position, token_id,
+                   base):  # pragma: no cover - jitted
+    """The slice's mask plus the residual tokens alive from ``state``; residual accept positions."""
+    n = parent.shape[0]
+    states = np.empty(n, np.int32)
+    states[0] = state
+    n_acc = 0
+    for i in range(1, n):
+        ps = states[parent[i]]
+        if ps < 0:
+            states[i] = -1
+        else:
+            nxt = flat[ps * 256 + node_byte[i]]
+            states[i] = nxt
+            if nxt >= 0 and accepting[nxt]:
+                n_acc += 1
+    words = base.copy()
+    bits = words.view(np.uint32)
+    for k in range(token_id.shape[0]):
+        if states[token_position[k]] >= 0:
+            t = token_id[k]
+            bits[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    accept = np.empty(n_acc, np.int64)
+    j = 0
+    for i in range(1, n):
+        st = states[i]
+        if st >= 0 and accepting[st]:
+            accept[j] = i
+            j += 1
+    return words, accept

@@ -1,0 +1,100 @@
+"""Token slices: a sliced root walk is the ordinary walk, and a slice applies exactly when it may."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from grammars.automata.byte_dfa import compile_regular
+from grammars.bitmask import unpack_bits
+from grammars.frontends import parse_regex
+from grammars.token_slices import build_slice
+from grammars.token_walk import WalkCache, _flat, _linear_walk
+from grammars.trie import TokenTrie
+
+#: Bytes of a small vocabulary with quotes, escapes, controls, multi-byte and partial UTF-8.
+PIECES = [b"a", b"b", b"ab", b"abc", b" x", b'"', b'a"', b'"a', b'",', b"\\", b"\\n", b"\n", b"\x7f",
+          "é".encode(), "éa".encode(), "€".encode(), "€"[0].encode()[:2], "€".encode()[:2], b"\xe2",
+          "😀".encode(), "😀".encode()[:3], b"\x80", b"xyz\"}", b"", b"a\nb"]
+CLASS = r'[^"\\\x00-\x1f\x7f]'
+
+#: (pattern, whether the slice applies right after the opening quote)
+BODIES = [
+    (r'"([^"\\\x00-\x1f]|\\["\\/bfnrtu])*"', True),
+    (r'"[^"]*",?', True),
+    (r'"([^"\\]|\\.)*"\}?', True),
+    (r'"[a-z]*"', False),  # narrower than the class
+    (r'"[^"]{0,3}"', False),  # counted: long tokens die
+    (r'"[^"]*', False),  # the body itself may end (accepting)
+    (r'"(.|\n)*"', False),  # '.' excludes U+2028/U+2029, which the class has
+]
+
+
+@pytest.fixture(scope="module")
+def trie() -> TokenTrie:
+    return TokenTrie.build(PIECES, np.array([bool(p) for p in PIECES]))
+
+
+@pytest.fixture(scope="module")
+def token_slice(trie):
+    return build_slice(trie, CLASS, len(PIECES) + 5)
+
+
+def _in_class(data: bytes) -> bool:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return bool(text) and all(c not in '"\\' and ord(c) >= 0x20 and ord(c) != 0x7F for c in text)
+
+
+def test_slice_holds_exactly_the_tokens_of_whole_class_characters(trie, token_slice):
+    sliced = unpack_bits(token_slice.mask, len(PIECES) + 5)[: len(PIECES)]
+    assert sliced.tolist() == [_in_class(p) for p in PIECES]
+    # the residual trie reaches every other text token, each at its own node
+    residual = {int(t) for t in token_slice.token_id}
+    assert residual == {t for t, p in enumerate(PIECES) if p and not _in_class(p)}
+    for position, tok in zip(token_slice.token_position.tolist(), token_slice.token_id.tolist()):
+        assert int(token_slice.node[position]) == int(trie.token_node[tok])
+
+
+@pytest.mark.parametrize("pattern,expected", BODIES)
+def test_sliced_walk_equals_linear_walk(trie, token_slice, pattern, expected):
+    dfa = compile_regular(parse_regex(pattern))
+    words = (len(PIECES) + 5 + 31) // 32
+    body = int(dfa.table[dfa.start, ord('"')])
+    assert token_slice.applies(dfa, body) is expected
+    for state in range(dfa.n_states):
+        if not token_slice.applies(dfa, state):
+            continue
+        got = token_slice.walk(dfa, state)
+        want = _linear_walk(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), dfa.accepting, state, words)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_walk_cache_uses_slices_and_stays_exact(trie):
+    """Through ``WalkCache.root``: the mask of a string body matches brute force per token."""
+    walks = WalkCache(trie, len(PIECES) + 5)
+    dfa = compile_regular(parse_regex(r'"([^"\\\x00-\x1f]|\\["\\/bfnrtu])*"'))
+    body = int(dfa.table[dfa.start, ord('"')])
+    allowed = unpack_bits(walks.root(dfa, body).mask, len(PIECES) + 5)[: len(PIECES)]
+    assert allowed.tolist() == [bool(p) and dfa.run(p, body) >= 0 for p in PIECES]
+
+
+def test_real_vocabulary_slice_is_most_of_it():
+    from grammars.compile import _vocab_index
+    from grammars.vocabulary import TokenVocabulary
+    from shared_data import vocab_file
+
+    vocab = TokenVocabulary.from_gguf(vocab_file("llama-bpe"))
+    index = _vocab_index(vocab)
+    token_slice = build_slice(index.trie, CLASS, vocab.logits_width)
+    assert token_slice.n_slice_tokens > 0.9 * len(vocab)
+    assert token_slice.parent.shape[0] < 0.1 * index.trie.n_nodes
+    dfa = compile_regular(parse_regex(r'"([^"\\\x00-\x1f]|\\["\\/bfnrtu])*"'))
+    body = int(dfa.table[dfa.start, ord('"')])
+    trie = index.trie
+    want = _linear_walk(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), dfa.accepting, body,
+                        (vocab.logits_width + 31) // 32)
+    got = token_slice.walk(dfa, body)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
