@@ -34,6 +34,8 @@ DEFAULT_SLICE_CLASSES: tuple[str, ...] = (r'[^"\\\x00-\x1f\x7f]',)
 #: Product states explored by ``TokenSlice.applies`` before giving up (the answer is then "no",
 #: which only costs the ordinary walk); a string body needs fewer than ten.
 APPLY_LIMIT = 64
+#: ... and only on DFAs of at most this many states (its visited set is states x loop states).
+APPLY_MAX_DFA = 1 << 16
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,8 +50,6 @@ class TokenSlice:
     node: np.ndarray  # int64[n]: the main trie node at each residual position (ascending)
     token_position: np.ndarray  # int64[k]: residual position of each residual token ...
     token_id: np.ndarray  # int64[k]: ... and its id
-    loop_bytes: tuple[np.ndarray, ...]  # per loop state: the bytes it has a transition on
-    loop_next: tuple[np.ndarray, ...]  # per loop state: where those bytes go
 
     @property
     def n_slice_tokens(self) -> int:
@@ -57,21 +57,10 @@ class TokenSlice:
 
     def applies(self, dfa: ByteDFA, state: int) -> bool:
         """Every nonempty prefix of C* keeps ``dfa`` alive and non-accepting from ``state``."""
-        table, accepting = dfa.table, dfa.accepting
-        seen = {(self.loop.start, int(state))}
-        todo = list(seen)
-        while todo:
-            loop_state, q = todo.pop()
-            targets = table[q, self.loop_bytes[loop_state]]
-            if (targets < 0).any() or accepting[targets].any():
-                return False
-            for pair in set(zip(self.loop_next[loop_state].tolist(), targets.tolist())):
-                if pair not in seen:
-                    if len(seen) >= APPLY_LIMIT:
-                        return False
-                    seen.add(pair)
-                    todo.append(pair)
-        return True
+        if dfa.n_states > APPLY_MAX_DFA:
+            return False
+        return bool(_applies(dfa.table.reshape(-1), dfa.accepting, int(state), self.loop.table.reshape(-1),
+                             self.loop.start, self.loop.n_states, APPLY_LIMIT))
 
     def walk(self, dfa: ByteDFA, state: int) -> tuple[np.ndarray, np.ndarray]:
         """(packed mask, accept nodes) of the root walk from ``state``; only where ``applies``."""
@@ -117,9 +106,7 @@ def build_slice(trie: TokenTrie, pattern: str, logits_width: int) -> TokenSlice:
     )
     for arr in arrays.values():
         arr.setflags(write=False)
-    live = [np.flatnonzero(loop.table[s] >= 0) for s in range(loop.n_states)]
-    return TokenSlice(pattern=pattern, loop=loop, loop_bytes=tuple(live),
-                      loop_next=tuple(loop.table[s, b] for s, b in enumerate(live)), **arrays)
+    return TokenSlice(pattern=pattern, loop=loop, **arrays)
 
 
 def default_slices(trie: TokenTrie, logits_width: int) -> tuple[TokenSlice, ...]:
@@ -130,6 +117,40 @@ def default_slices(trie: TokenTrie, logits_width: int) -> tuple[TokenSlice, ...]
         cached = tuple(build_slice(trie, pattern, logits_width) for pattern in DEFAULT_SLICE_CLASSES)
         trie.__dict__[key] = cached  # derived data of an immutable object
     return cached
+
+
+@njit(cache=True, nogil=True)
+def _applies(flat, accepting, state, loop_flat, loop_start, n_loop, limit):  # pragma: no cover - jitted
+    """``TokenSlice.applies`` on the product of the loop DFA and the DFA from ``state``."""
+    seen = np.zeros(accepting.shape[0] * n_loop, np.bool_)
+    stack_loop = np.empty(limit, np.int64)
+    stack_state = np.empty(limit, np.int64)
+    seen[state * n_loop + loop_start] = True
+    stack_loop[0] = loop_start
+    stack_state[0] = state
+    top = 1
+    count = 1
+    while top > 0:
+        top -= 1
+        lp = stack_loop[top]
+        q = stack_state[top]
+        for b in range(256):
+            nl = loop_flat[lp * 256 + b]
+            if nl < 0:
+                continue
+            nq = flat[q * 256 + b]
+            if nq < 0 or accepting[nq]:
+                return False
+            k = nq * n_loop + nl
+            if not seen[k]:
+                if count == limit:
+                    return False
+                seen[k] = True
+                count += 1
+                stack_loop[top] = nl
+                stack_state[top] = nq
+                top += 1
+    return True
 
 
 @njit(cache=True, nogil=True)

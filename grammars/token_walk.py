@@ -18,6 +18,7 @@ allowed) then costs dictionary lookups and ORs, not walks.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from threading import Lock
 
 import numpy as np
@@ -312,6 +313,10 @@ LANGUAGE_KEY_MAX_DFA = 4096
 LANGUAGE_KEY_MAX_REACH = 64
 _UNSET = object()
 
+#: ``PathWalk.nodes_key`` hashes accept-node arrays up to this length.
+NODES_KEY_MAX = 4096
+_walk_ids = itertools.count()
+
 
 @njit(cache=True, nogil=True)
 def _reachable_form(flat, accepting, state, limit):  # pragma: no cover - jitted
@@ -359,7 +364,7 @@ class PathWalk:
     """
 
     __slots__ = ("mask", "tokens", "accept_nodes", "child_bytes", "child_byte_set", "children_total", "_accept_bits",
-                 "_children", "_lock")
+                 "_nodes_key")
 
     def __init__(self, mask, tokens, accept_nodes, child_bytes: np.ndarray):
         self.mask = mask
@@ -370,12 +375,29 @@ class PathWalk:
         self.child_byte_set = _bit_set(child_bytes > 0)
         self.children_total = int(child_bytes.sum())
         self._accept_bits: np.ndarray | None = None
-        self._children: dict = {}
-        self._lock = Lock()
+        self._nodes_key: object = None
+
+    def nodes_key(self) -> object:
+        """Equal for walks with equal accept nodes (what their extensions depend on), when small.
+
+        Root walks from different states of one terminal often end at the same places (the
+        closing quotes of a string body), so their extensions are shared through this key.
+        """
+        if self._nodes_key is None:
+            nodes = self.accept_nodes
+            if nodes.shape[0] <= NODES_KEY_MAX:
+                self._nodes_key = hashlib.blake2b(nodes.tobytes(), digest_size=20).digest()
+            else:  # hashing would cost more than it saves: this walk's own key
+                self._nodes_key = next(_walk_ids)
+        return self._nodes_key
 
 
 class WalkCache:
-    """Root walks per (DFA, state); each root owns the cache of its sub-walks.
+    """Root walks per (DFA, state), and sub-walks per (where the parent walk ends, DFA, state).
+
+    Walks are keyed by walk class within a DFA and, for small sub-languages, by the language
+    itself across DFAs (``language_key``); sub-walks by the parent's accept nodes, so parents
+    that end alike share their extensions (``PathWalk.nodes_key``).
 
     Bounded by the bytes of the arrays it holds (a broad terminal's accept nodes alone can take
     ~1 MB): past ``max_bytes`` everything is dropped and rebuilt on demand. Shared by every
@@ -393,6 +415,7 @@ class WalkCache:
         self._live: dict = {}
         self._classes: dict = {}
         self._language_keys: dict = {}
+        self._children: dict = {}  # (parent walk's nodes_key, DFA key, walk class or language) -> PathWalk
         self._horizon = int(trie.node_depth.max())  # the longest token, in bytes
         self._edge_counts = np.diff(trie.edge_byte_start)
         self._slices = default_slices(trie, logits_width)
@@ -416,10 +439,11 @@ class WalkCache:
         _child_byte_counts(trie.child_start, trie.child_count, trie.node_byte, _ROOT)
         tokens_to_words(np.zeros(0, dtype=np.int64), self._words)
         _token_next_states(trie.node_parent, trie.node_byte, trie.token_node, dead, 0)
-        for token_slice in self._slices:
-            token_slice.walk_table(dead, no, 0)
         _reachable_form(dead, no, 0, 2)
         small = load_kernels()  # the DFA construction kernels too: every compile needs them
+        for token_slice in self._slices:
+            token_slice.walk_table(dead, no, 0)
+            token_slice.applies(small, small.start)
         bounded_equivalence(small.table, small.accepting, 2)
 
     def walk_class(self, dfa) -> np.ndarray:
@@ -494,26 +518,27 @@ class WalkCache:
 
     def extend(self, walk: PathWalk, dfa, state: int) -> PathWalk:
         """Walk ``dfa`` from ``state`` below the places where ``walk``'s last lexeme may end."""
-        key = (dfa.key, int(self.walk_class(dfa)[state]))
-        hit = walk._children.get(key)
+        nodes = walk.nodes_key()
+        key = (nodes, dfa.key, int(self.walk_class(dfa)[state]))
+        hit = self._children.get(key)
         if hit is not None:
             return hit
         live, live_set = self._live_bytes(dfa, state)
         language = None
         if not walk.child_byte_set & live_set:
             child = _EMPTY_WALK
-        elif (language := self.language_key(dfa, state)) is not None and language in walk._children:
-            child = walk._children[language]
+        elif (language := self.language_key(dfa, state)) is not None and (nodes, language) in self._children:
+            child = self._children[(nodes, language)]
         else:
             tokens, accept = self._sub_walk(dfa, state, walk.accept_nodes, walk if
                                             int(self._edge_counts[live].sum()) < walk.children_total else None)
             child = PathWalk(None, tokens, accept, self._child_bytes(accept))
             with self._lock:
                 self._account(child)
-        with walk._lock:
-            walk._children[key] = child
+        with self._lock:
+            self._children[key] = child
             if language is not None:
-                walk._children[language] = child
+                self._children[(nodes, language)] = child
         return child
 
     def token_next_states(self, dfa, state: int) -> np.ndarray:
@@ -528,6 +553,7 @@ class WalkCache:
         size = walk.accept_nodes.nbytes + (walk.mask.nbytes if walk.mask is not None else walk.tokens.nbytes)
         if self._held_bytes + size > self.max_bytes:
             self._roots = {}
+            self._children = {}
             self._language_keys = {}
             self._held_bytes = 0
         self._held_bytes += size

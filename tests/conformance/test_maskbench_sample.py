@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_DIR, shared_path
+from shared_data import SHARED_DIR, shared_path
 
 from grammars import Compiler, LimitExceeded, TokenVocabulary, UnsupportedSchemaError
 from grammars.frontends.json_schema import (
