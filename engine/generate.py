@@ -36,7 +36,7 @@ import torch
 from engine.closing import ClosingPlanner
 from engine.decoding import DecodeOptions, FinishReason, FreeMatcher, decode
 from engine.lm import HFCausalLM, LanguageModel
-from grammars import CompiledGrammar, Compiler, Grammar, TokenVocabulary
+from grammars import CompiledGrammar, Compiler, EmptyLanguageError, Grammar, TokenVocabulary
 from samplers import MaskedSampler, SamplingParams, TokenSampler
 
 __all__ = [
@@ -445,6 +445,15 @@ def _check_one_constraint(schema: Any, regex: Any, grammar: Any) -> None:
 
 
 def _compile(
+    compiler: Compiler, vocab: TokenVocabulary, *, schema, regex, grammar, whitespace
+) -> CompiledGrammar | None:
+    compiled = _compile_constraint(compiler, vocab, schema=schema, regex=regex, grammar=grammar, whitespace=whitespace)
+    if compiled is not None and compiled.accepts_nothing:  # from a Compiler(allow_empty_language=True)
+        raise EmptyLanguageError("the constraint accepts no output at all: nothing can be generated")
+    return compiled
+
+
+def _compile_constraint(
     compiler: Compiler, vocab: TokenVocabulary, *, schema, regex, grammar, whitespace
 ) -> CompiledGrammar | None:
     if schema is not None:

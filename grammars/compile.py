@@ -61,6 +61,12 @@ class CompiledGrammar:
         return Matcher(self._runtime, self._text_token)
 
     @property
+    def accepts_nothing(self) -> bool:
+        """The grammar accepts no string (compiled with ``allow_empty_language=True``): its
+        matchers start terminated, allow no token and never accept."""
+        return self._cfg.accepts_nothing
+
+    @property
     def is_regular(self) -> bool:
         """True when the constraint is one regular language (``as_dfa`` is available)."""
         return self._cfg.is_single_terminal
@@ -105,9 +111,13 @@ class Compiler:
     throwaway one when none is given.
     """
 
-    def __init__(self, vocab, *, limits: Limits | None = None, cache_size: int = 64, walk_cache_bytes: int = 256 << 20):
+    def __init__(self, vocab, *, limits: Limits | None = None, cache_size: int = 64, walk_cache_bytes: int = 256 << 20,
+                 allow_empty_language: bool = False):
         self.vocab = vocab
         self.limits = limits or Limits()
+        #: compile grammars that accept nothing (e.g. the schema ``false``) to matchers that
+        #: reject everything, instead of raising ``EmptyLanguageError``: what validators want
+        self.allow_empty_language = allow_empty_language
         index = _vocab_index(vocab)
         self._trie = index.trie
         self._text_token = index.text_token
@@ -163,7 +173,7 @@ class Compiler:
         return dfa
 
     def _build(self, grammar: Grammar) -> CompiledGrammar:
-        cfg = lower_grammar(grammar, self.limits, self._compile_dfa)
+        cfg = lower_grammar(grammar, self.limits, self._compile_dfa, allow_empty=self.allow_empty_language)
         runtime = GrammarRuntime(
             cfg,
             self._trie,

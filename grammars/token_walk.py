@@ -307,6 +307,9 @@ def _moore(columns, accepting, rounds):  # pragma: no cover - jitted
     return classes
 
 
+#: Root walks of one DFA before ``WalkCache.walk_class`` computes its bounded equivalence.
+WALK_CLASS_AFTER = 4
+
 #: ``WalkCache.language_key`` looks at DFAs of at most this many states, and gives a key when at
 #: most this many are reachable from the state (a string body and what closes it: ~10).
 LANGUAGE_KEY_MAX_DFA = 4096
@@ -414,6 +417,8 @@ class WalkCache:
         self._words = mask_words(logits_width)
         self._live: dict = {}
         self._classes: dict = {}
+        self._walked: dict = {}  # DFA key -> root walks so far (see walk_class)
+        self._singleton_ids = np.zeros(0, dtype=np.int64)
         self._language_keys: dict = {}
         self._children: dict = {}  # (parent walk's nodes_key, DFA key, walk class or language) -> PathWalk
         self._horizon = int(trie.node_depth.max())  # the longest token, in bytes
@@ -447,19 +452,35 @@ class WalkCache:
         bounded_equivalence(small.table, small.accepting, 2)
 
     def walk_class(self, dfa) -> np.ndarray:
-        """Per DFA state, a class id such that states of one class give identical walks."""
+        """Per DFA state, a class id such that states of one class give identical walks.
+
+        Until the DFA has had ``WALK_CLASS_AFTER`` root walks, each state is its own class (ids
+        ``-1 - state``); then bounded equivalence merges counter states (ids ``>= 0``). Most
+        terminals are walked from a few states only, and the Moore rounds (up to the longest
+        token's length) cost more than those walks; a ``maxLength`` string walked at every
+        position pays them once. The two id ranges never meet, so keys made with either stay exact.
+        """
         classes = self._classes.get(dfa.key)
         if classes is None:
             n = dfa.n_states
-            columns = byte_classes(dfa.table)[0] if n > self._horizon else None
-            if columns is None or n * self._horizon * columns.shape[1] > WALK_CLASS_BUDGET:
-                classes = np.arange(n, dtype=np.int64)  # short DFAs merge little; huge ones cost too much
+            if self._walked.get(dfa.key, 0) < WALK_CLASS_AFTER or n <= self._horizon:
+                return self._singletons(n)
+            columns = byte_classes(dfa.table)[0]
+            if n * self._horizon * columns.shape[1] > WALK_CLASS_BUDGET:
+                classes = self._singletons(n)  # huge DFAs cost too much
             else:
                 classes = _moore(np.ascontiguousarray(columns, dtype=np.int32),
                                  np.ascontiguousarray(dfa.accepting, dtype=np.bool_), self._horizon)
                 classes.setflags(write=False)
             self._classes[dfa.key] = classes
         return classes
+
+    def _singletons(self, n: int) -> np.ndarray:
+        if self._singleton_ids.shape[0] < n:
+            ids = -1 - np.arange(max(n, 2 * self._singleton_ids.shape[0]), dtype=np.int64)
+            ids.setflags(write=False)
+            self._singleton_ids = ids
+        return self._singleton_ids[:n]
 
     def language_key(self, dfa, state: int) -> bytes | None:
         """Digest of the language from ``state`` when few states are reachable from it, else None.
@@ -491,6 +512,7 @@ class WalkCache:
         if hit is not None:
             self._roots[key] = hit
             return hit
+        self._walked[dfa.key] = self._walked.get(dfa.key, 0) + 1
         trie = self.trie
         first = slice(1, 1 + int(trie.child_count[0]))
         reach = int(trie.subtree_size[first][self._live_bytes(dfa, state)[0][trie.node_byte[first]]].sum())

@@ -22,9 +22,10 @@ Adapters import their engine lazily, so this module imports without any peer ins
 
 Options are each engine's natural defaults except where noted, and are recorded in ``options``:
 
-- corral: ``compile_gbnf``/``compile_regex``, and ``Compiler(vocab).compile_json_schema(schema,
-  **schema_options)`` with ``schema_options = {"whitespace": "flexible"}`` (MaskBench's instances
-  have spaces after ``:`` and ``,``); ``reset_caches`` gives it a fresh ``Compiler``, so neither
+- corral: ``compile_gbnf``/``compile_regex``, and ``Compiler(vocab, allow_empty_language=True)
+  .compile_json_schema(schema, **schema_options)`` with ``schema_options = {"whitespace":
+  "flexible"}`` (MaskBench's instances have spaces after ``:`` and ``,``; a schema that accepts
+  nothing, such as ``false``, gives a matcher that rejects every instance); ``reset_caches`` gives it a fresh ``Compiler``, so neither
   its compiled-grammar LRU nor its token-walk cache carries work from one file to the next. A
   runner may set ``schema_options`` (the Test Suite runner adds its remote documents).
 - llguidance: GBNF and regexes through ``llguidance.grammar_from(kind, text)`` — GBNF is
@@ -279,20 +280,24 @@ class CorralEngine:
             raise EngineUnavailable("corral could not load the vocabulary (TokenVocabulary)")
         self._grammars = grammars
         self._vocab = tokenizer.vocab
-        self._compiler = grammars.Compiler(self._vocab)  # builds the vocabulary index once (~1 s)
+        self._compiler = self._new_compiler()  # builds the vocabulary index once (~1 s)
         self._mask = grammars.allocate_token_bitmask(1, self._vocab.logits_width)
         self.schema_options: dict[str, Any] = {"whitespace": whitespace}
         self.eos_token_ids = tuple(sorted(int(t) for t in self._vocab.eos_token_ids))
         self.version = _version("corral")
         self.options = {
-            "call": "compile_gbnf / compile_regex; "
-                    f"Compiler(vocab).compile_json_schema(schema, whitespace={whitespace!r})",
+            "call": "compile_gbnf / compile_regex; Compiler(vocab, allow_empty_language=True)"
+                    f".compile_json_schema(schema, whitespace={whitespace!r})",
             "whitespace": whitespace,
             "cache": "fresh Compiler per schema (no compiled grammar or token walk carried across files)",
         }
 
     def reset_caches(self) -> None:
-        self._compiler = self._grammars.Compiler(self._vocab)
+        self._compiler = self._new_compiler()
+
+    def _new_compiler(self) -> Any:
+        # a schema that accepts nothing compiles to a matcher that rejects every instance
+        return self._grammars.Compiler(self._vocab, allow_empty_language=True)
 
     def compile(self, kind: SourceKind, source: Any) -> Any:
         g = self._grammars

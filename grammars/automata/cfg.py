@@ -59,8 +59,13 @@ class TerminalCFG:
     terminal_exprs: tuple[Expr, ...]
     productions: tuple[Production, ...]
     nonterminal_names: tuple[str, ...]
-    start: int  # nonterminal; -1 when the language is exactly {""}
+    start: int  # nonterminal; -1 when the language is {""} (start_nullable) or empty
     start_nullable: bool
+
+    @property
+    def accepts_nothing(self) -> bool:
+        """The language is empty (only built when the caller allowed it)."""
+        return self.start < 0 and not self.start_nullable
 
     @property
     def is_single_terminal(self) -> bool:
@@ -74,13 +79,19 @@ class TerminalCFG:
         )
 
 
-def lower_grammar(grammar: Grammar, limits: Limits, compile_dfa: Callable[[Expr], object]) -> TerminalCFG:
-    """IR grammar -> normalised terminal-level CFG. ``compile_dfa`` maps a regular Expr to a ByteDFA."""
-    return _Lowering(grammar, limits, compile_dfa).run()
+def lower_grammar(grammar: Grammar, limits: Limits, compile_dfa: Callable[[Expr], object], *,
+                  allow_empty: bool = False) -> TerminalCFG:
+    """IR grammar -> normalised terminal-level CFG. ``compile_dfa`` maps a regular Expr to a ByteDFA.
+
+    A grammar that accepts no string raises ``EmptyLanguageError`` unless ``allow_empty``; then
+    its CFG has no start symbol and no productions, and its matchers allow nothing.
+    """
+    return _Lowering(grammar, limits, compile_dfa, allow_empty).run()
 
 
 class _Lowering:
-    def __init__(self, grammar: Grammar, limits: Limits, compile_dfa: Callable[[Expr], object]):
+    def __init__(self, grammar: Grammar, limits: Limits, compile_dfa: Callable[[Expr], object], allow_empty: bool):
+        self.allow_empty = allow_empty
         self.rules = grammar.rule_map()
         self.start_name = grammar.start
         self.limits = limits
@@ -106,6 +117,7 @@ class _Lowering:
         self.terminal_by_key: dict[bytes, int] = {}
         self.dfa_cache: dict[Expr, object] = {}
         self.symbol_cache: dict[Expr, int | None] = {}
+        self._big_pieces: dict[Expr, bool] = {}
 
     # --- which rules are regular and small enough to inline -------------------------------
 
@@ -303,9 +315,14 @@ class _Lowering:
         return out
 
     def _big(self, piece: Expr) -> bool:
-        if isinstance(piece, Repeat) or (isinstance(piece, Alt) and _size(piece, ALONE_MIN_SIZE) > ALONE_MIN_SIZE):
-            piece = self.compile_dfa(piece)  # memoised; a terminal containing it reuses it
-        return getattr(piece, "n_states", 0) > ALONE_STATES
+        """Memoised per piece: every run containing a piece asks, and sizing an Alt walks it."""
+        hit = self._big_pieces.get(piece)
+        if hit is None:
+            sized = piece
+            if isinstance(piece, Repeat) or (isinstance(piece, Alt) and _size(piece, ALONE_MIN_SIZE) > ALONE_MIN_SIZE):
+                sized = self.compile_dfa(piece)  # memoised; a terminal containing it reuses it
+            hit = self._big_pieces[piece] = getattr(sized, "n_states", 0) > ALONE_STATES
+        return hit
 
     def _symbols(self, expr: Expr) -> tuple[int, ...] | None:
         """``expr`` as a sequence of symbols; None when its language is empty."""
@@ -394,9 +411,10 @@ class _Lowering:
         productive = _productive(prods)
         start_nullable = start in nullable
         if start not in productive:
-            if not start_nullable:
+            if not start_nullable and not self.allow_empty:
                 raise EmptyLanguageError(f"grammar rooted at {self.start_name!r} accepts no string")
-            return TerminalCFG(tuple(self.terminals), tuple(self.terminal_exprs), (), tuple(self.nt_names), -1, True)
+            return TerminalCFG(tuple(self.terminals), tuple(self.terminal_exprs), (), tuple(self.nt_names), -1,
+                               start_nullable)
         prods = [p for p in prods if all(is_terminal(s) or s in productive for s in p.rhs)]
         prods = _reachable(prods, start)
         return TerminalCFG(

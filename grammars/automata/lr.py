@@ -168,8 +168,8 @@ class Parser:
     def __init__(self, cfg: TerminalCFG, limits: Limits):
         self.cfg = cfg
         self.limits = limits
-        self.empty_language_but_epsilon = cfg.start < 0
-        self.lr = None if self.empty_language_but_epsilon else LR0Automaton(cfg)
+        # no start symbol: the language is {""} (cfg.start_nullable) or empty; no LR automaton
+        self.lr = None if cfg.start < 0 else LR0Automaton(cfg)
         self._nodes: dict[tuple[int, int], StackNode] = {}
         self._rhs_len = [len(r) for r in self.lr.rhs] if self.lr else []
         self.root = StackNode(self.lr.initial if self.lr else 0, None)
@@ -204,7 +204,7 @@ class Parser:
         if cached is not None:
             return cached
         if self.lr is None:
-            result = Transitions({}, stack.parent is None)
+            result = Transitions({}, stack.parent is None and self.cfg.start_nullable)
             stack.transitions = result
             return result
         lr = self.lr

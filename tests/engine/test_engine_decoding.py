@@ -420,3 +420,17 @@ def test_free_matcher(byte_vocab):
     assert m.num_consumed == 1
     with pytest.raises(RollbackError):
         m.rollback(5)
+
+
+def test_a_constraint_that_accepts_nothing_raises_before_generating(byte_vocab):
+    from grammars import EmptyLanguageError
+
+    lm = prefers(byte_vocab, {})
+    with pytest.raises(EmptyLanguageError):  # the default Compiler refuses it when compiling
+        generate("P", model=lm, tokenizer=byte_vocab, schema=False)
+    permissive = Compiler(byte_vocab, allow_empty_language=True)
+    empty = permissive.compile_json_schema({"type": "integer", "minimum": 3, "maximum": 2})
+    assert empty.accepts_nothing
+    for kwargs in ({"grammar": empty}, {"schema": False, "compiler": permissive}):
+        with pytest.raises(EmptyLanguageError, match="accepts no output"):
+            generate("P", model=lm, tokenizer=byte_vocab, **kwargs)

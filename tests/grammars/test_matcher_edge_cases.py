@@ -139,6 +139,22 @@ def test_empty_language_and_syntax_errors():
         Compiler(vocab).compile_regex(r"(a)\1")
 
 
+@pytest.mark.parametrize("grammar", ["root ::= [^\\x00-\\U0010FFFF]", 'root ::= loop\nloop ::= "a" loop'])
+def test_allowed_empty_language_rejects_everything(grammar):
+    vocab = _vocab([b"a", b"aa"])
+    compiled = Compiler(vocab, allow_empty_language=True).compile_gbnf(grammar)
+    assert compiled.accepts_nothing
+    matcher = compiled.matcher()
+    assert not matcher.is_accepting()
+    assert not allowed_tokens(matcher, vocab.logits_width).any(), "not even EOS"
+    assert not matcher.allows(_ids(vocab, b"a")[0]) and not matcher.allows(min(vocab.eos_token_ids))
+    with pytest.raises(TokenRejected):
+        matcher.advance(_ids(vocab, b"a")[0])
+    assert matcher.shortest_completion_text() is None
+    # a nonempty language is unaffected by the option
+    assert not Compiler(vocab, allow_empty_language=True).compile_gbnf('root ::= "a"').accepts_nothing
+
+
 def test_empty_string_language_accepts_immediately():
     vocab = _vocab([b"a"])
     matcher = Compiler(vocab).compile_gbnf('root ::= ""').matcher()

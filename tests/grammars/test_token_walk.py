@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from grammars.automata.byte_dfa import compile_regular
 from grammars.bitmask import unpack_bits
 from grammars.frontends import parse_regex
-from grammars.token_walk import WalkCache, bounded_equivalence
+from grammars.token_walk import WALK_CLASS_AFTER, WalkCache, bounded_equivalence
 from grammars.trie import TokenTrie
 
 PATTERNS = [r"[a-c]{0,9}d", r"(ab|a)*c?", r"[^d]*d[a-d]{2}", r"a{3,7}b*", r"(ac|b)+d?(c|dd)*"]
@@ -105,6 +105,11 @@ def test_bounded_equivalence_is_exact(pattern, rounds):
 
 def test_counter_states_share_walks(walks):
     dfa = compile_regular(parse_regex(r"[a-c]{0,60}d"))
+    # each state is its own class until the DFA has been walked from a few states ...
+    assert len(set(walks.walk_class(dfa).tolist())) == dfa.n_states
+    for state in range(20, 20 + WALK_CLASS_AFTER):
+        walks.root(dfa, state)
+    # ... then bounded equivalence merges the counter states
     classes = walks.walk_class(dfa)
     # tokens are at most 6 bytes: states with more than 6 counts left behave alike
     assert len(set(classes.tolist())) <= 8
