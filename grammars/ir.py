@@ -10,7 +10,9 @@ All nodes are frozen and hashable, so a grammar can key caches by value.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
+from threading import Lock
 from typing import ClassVar, Iterable, Union
 
 __all__ = [
@@ -85,13 +87,30 @@ class _Node:
             return True
         if type(other) is not type(self):
             return NotImplemented
-        if hash(self) != hash(other):
+        a, b = _representative(self), _representative(other)
+        if a is b:
+            return True
+        if hash(a) != hash(b):
             return False
-        d, e = self.__dict__, other.__dict__
-        return all(d[n] == e[n] for n in self._names)
+        d, e = a.__dict__, b.__dict__
+        if all(d[n] == e[n] for n in self._names):
+            # Equal trees built separately are compared again and again as cache keys: link
+            # them, so the next comparison of either (or of a parent holding them) stops here.
+            e["_same_as"] = a
+            return True
+        return False
 
     def __getstate__(self) -> dict:
         return {n: self.__dict__[n] for n in self._names}
+
+
+def _representative(node: _Node) -> _Node:
+    """The node at the end of ``_same_as`` links: one per set of nodes found equal."""
+    nxt = node.__dict__.get("_same_as")
+    while nxt is not None:
+        node = nxt
+        nxt = node.__dict__.get("_same_as")
+    return node
 
 
 @dataclass(frozen=True, eq=False)
@@ -194,6 +213,37 @@ class Grammar:
         return dict(self.rules)
 
 
+# --- canonical nodes -------------------------------------------------------------------------
+
+#: The live node for each (type, identities of the children): nodes built by the helpers below
+#: share one object per structure, so equality between them stops at ``is`` instead of walking
+#: two equal trees (cache lookups in lowering did that millions of times on big schemas).
+_CANONICAL: "weakref.WeakValueDictionary[tuple, _Node]" = weakref.WeakValueDictionary()
+_CANONICAL_LOCK = Lock()
+
+
+def canonical(node: Expr) -> Expr:
+    """The canonical node structurally equal to ``node`` with the same children (``node`` itself
+    when it is the first). Keys hold the children's ids: a node alive keeps its children alive,
+    and its entry leaves with it, so an id in a key is never reused while the key exists."""
+    if isinstance(node, (Seq, Alt)):
+        key = (type(node), *map(id, node.items))
+    elif isinstance(node, Repeat):
+        key = (Repeat, id(node.item), node.min, node.max)
+    elif isinstance(node, Literal):
+        key = (Literal, node.text)
+    elif isinstance(node, Chars):
+        key = (Chars, node.ranges)
+    else:
+        return node
+    with _CANONICAL_LOCK:
+        return _CANONICAL.setdefault(key, node)
+
+
+canonical(EMPTY)
+canonical(NOTHING)
+
+
 # --- constructors that simplify as they build --------------------------------------------
 
 
@@ -206,11 +256,11 @@ def chars(*ranges: tuple[int, int] | str) -> Chars:
         else:
             lo, hi = r
             out.append((ord(lo) if isinstance(lo, str) else lo, ord(hi) if isinstance(hi, str) else hi))
-    return Chars(tuple(out))
+    return canonical(Chars(tuple(out)))
 
 
 def literal(text: str) -> Expr:
-    return Literal(text)
+    return canonical(Literal(text))
 
 
 def seq(items: Iterable[Expr]) -> Expr:
@@ -228,7 +278,7 @@ def seq(items: Iterable[Expr]) -> Expr:
         return EMPTY
     if len(flat) == 1:
         return flat[0]
-    return Seq(tuple(flat))
+    return canonical(Seq(tuple(flat)))
 
 
 def alt(items: Iterable[Expr]) -> Expr:
@@ -246,7 +296,7 @@ def alt(items: Iterable[Expr]) -> Expr:
         return NOTHING
     if len(flat) == 1:
         return flat[0]
-    return Alt(tuple(flat))
+    return canonical(Alt(tuple(flat)))
 
 
 def repeat(item: Expr, min: int = 0, max: int | None = None) -> Expr:
@@ -254,7 +304,7 @@ def repeat(item: Expr, min: int = 0, max: int | None = None) -> Expr:
         return EMPTY
     if min == 1 and max == 1:
         return item
-    return Repeat(item, min, max)
+    return canonical(Repeat(item, min, max))
 
 
 def optional(item: Expr) -> Expr:

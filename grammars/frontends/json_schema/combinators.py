@@ -137,7 +137,7 @@ def _apply_negation(c: "SchemaCompiler", conj: "Conjunction", sub: Located, wher
 
 
 def apply_if(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
-    node = c.active_keywords(part.node, part.where)
+    node = c.active_keywords(part.node, part)
     if "then" not in node and "else" not in node:
         return  # `if` alone constrains nothing
     doc = c.document
@@ -326,7 +326,7 @@ def _annotation_sources(c: "SchemaCompiler", part: Located, chain: tuple, out: l
     if not isinstance(node, dict):
         return
     doc = c.document
-    node = c.active_keywords(node, part.where)
+    node = c.active_keywords(node, part)
     if "$recursiveRef" in node:
         raise UnsupportedSchemaError("unevaluatedItems" if items else "unevaluatedProperties", part.where,
                                      "evaluated locations through $recursiveRef are not supported")
@@ -458,7 +458,7 @@ def negate(c: "SchemaCompiler", sub: Located) -> list[Located]:
         raise GrammarError(f"malformed schema at {sub.where}: a schema must be an object or a boolean")
     where = sub.where
     doc = c.document
-    node = c.active_keywords(node, where)
+    node = c.active_keywords(node, sub)
     pieces: list = []
     if "$ref" in node:
         pieces.extend(negate(c, doc.resolve(node["$ref"], sub)))
@@ -670,8 +670,23 @@ def apply_negations(c: "SchemaCompiler", conj: "Conjunction", parts: tuple, wher
     _apply_negation(c, conj, both, where)
 
 
+#: Nested disjointness tests (through member values that are themselves ``oneOf``s) before the
+#: answer is "not provably disjoint": a recursive schema would otherwise test itself forever.
+MAX_DISJOINT_NESTING = 8
+
+
 def provably_disjoint(c: "SchemaCompiler", a: "Conjunction", b: "Conjunction", depth: int = 0) -> bool:
     """True only when no value satisfies both ``a`` and ``b`` (a sound, incomplete test)."""
+    if c.disjoint_nesting >= MAX_DISJOINT_NESTING:
+        return False  # sound: the caller then treats the branches as overlapping
+    c.disjoint_nesting += 1
+    try:
+        return _provably_disjoint(c, a, b, depth)
+    finally:
+        c.disjoint_nesting -= 1
+
+
+def _provably_disjoint(c: "SchemaCompiler", a: "Conjunction", b: "Conjunction", depth: int) -> bool:
     from grammars.frontends.json_schema.compiler import intersect_types
 
     common = intersect_types(a.types, b.types)

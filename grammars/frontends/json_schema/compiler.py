@@ -266,6 +266,8 @@ class SchemaCompiler:
         self._names: set[str] = set()
         self._relaxed: list[Relaxation] = []
         self._ignored: list[tuple[str, str]] = []
+        #: depth of nested ``provably_disjoint`` calls (see ``combinators.MAX_DISJOINT_NESTING``)
+        self.disjoint_nesting = 0
         self._narrowed: list[str] = []
         self._depth = 0
 
@@ -464,8 +466,13 @@ class SchemaCompiler:
         finally:
             self._depth -= 1
 
-    def active_keywords(self, node: dict, where: str) -> dict:
-        """``node`` without the keywords its draft does not define (those are recorded as ignored)."""
+    def active_keywords(self, node: dict, part: Located) -> dict:
+        """``node`` (the schema of ``part``) without the keywords its draft does not define (those
+        are recorded as ignored). Synthetic schemas are the compiler's own, written with today's
+        keywords (a negated ``items`` is a ``contains``), whatever the document's draft."""
+        if part.is_synthetic:
+            return node
+        where = part.where
         dialect = int(self.document.dialect)
         inactive = [k for k in node if k in KEYWORD_DRAFTS and not KEYWORD_DRAFTS[k][0] <= dialect <= KEYWORD_DRAFTS[k][1]]
         if not inactive:
@@ -475,7 +482,7 @@ class SchemaCompiler:
 
     def _apply_keywords(self, conj: Conjunction, part: Located, node: dict) -> None:
         where = part.where
-        node = self.active_keywords(node, where)
+        node = self.active_keywords(node, part)
         for family in (objects.apply_object_keywords, arrays.apply_array_keywords, self._apply_scalar_keywords):
             try:
                 family(self, conj, part, node)

@@ -178,6 +178,11 @@ class Located:
         """The pointer of the real schema this one comes from (for messages)."""
         return self.pointer.split("!", 1)[0]
 
+    @property
+    def is_synthetic(self) -> bool:
+        """Derived by the compiler (a negation, a dependency split, ...), not found in a document."""
+        return "!" in self.pointer
+
     def __repr__(self) -> str:
         return f"Located({self.pointer})"
 

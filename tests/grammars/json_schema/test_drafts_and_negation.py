@@ -1,0 +1,67 @@
+"""Negations under old drafts, and disjointness tests on recursive schemas.
+
+Both were found by the full MaskBench run: a draft-04 ``not``/``oneOf`` over ``items`` accepted
+every array (the negation is written with ``contains``, which the draft-04 keyword filter
+dropped), and a recursive ``oneOf`` sent the disjointness test into unbounded recursion.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from schema_check import Checker, oracle
+
+from grammars import UnsupportedSchemaError
+
+DRAFT4 = "http://json-schema.org/draft-04/schema#"
+DRAFT6 = "http://json-schema.org/draft-06/schema#"
+
+
+@pytest.fixture(scope="module")
+def checker(byte_vocab):
+    return Checker(byte_vocab)
+
+
+NEGATIONS = [
+    ({"not": {"items": {"type": "string"}}}, [[], ["a"], [1], ["a", 1], {}, 1]),
+    ({"not": {"items": {"properties": {}}}}, [[], [1], {}]),
+    ({"oneOf": [{"properties": {"m": {"items": {"properties": {}}}}}, {}]}, [{"m": []}, {"m": [1]}, {}, 1]),
+    ({"not": {"required": ["a"]}}, [{"a": 1}, {}, 1]),
+    ({"not": {"maxItems": 1}}, [[], [1], [1, 2]]),
+]
+
+
+@pytest.mark.parametrize("draft", [DRAFT4, DRAFT6, None])
+@pytest.mark.parametrize("schema,instances", NEGATIONS)
+def test_negations_follow_the_documents_draft(checker, draft, schema, instances):
+    schema = dict(schema, **({"$schema": draft} if draft else {}))
+    validator = oracle(schema)
+    for instance in instances:
+        text = json.dumps(instance, separators=(",", ":"))
+        assert checker.accepts(schema, text, whitespace="flexible") == validator.is_valid(instance), (schema, text)
+
+
+def test_negated_tuple_items_are_refused(checker):
+    with pytest.raises(UnsupportedSchemaError) as info:
+        checker.compile({"$schema": DRAFT4, "not": {"items": [{"type": "string"}]}})
+    assert info.value.keyword == "items" and info.value.pointer == "#/not"
+
+
+def test_keywords_a_draft_does_not_define_stay_ignored(checker):
+    """The fix keeps the filter for the document's own schemas: draft-04 has no ``contains``."""
+    schema = {"$schema": DRAFT4, "contains": {"type": "string"}}
+    assert checker.accepts(schema, "[1]") and oracle(schema).is_valid([1])
+
+
+def test_recursive_one_of_refuses_instead_of_recursing(checker):
+    from shared_data import shared_path
+
+    path = shared_path("jsonschemabench", "maskbench", "Github_hard---o82273.json")
+    schema = json.loads(path.read_text(encoding="utf-8"))["schema"]
+    try:
+        compiled = checker.compile(schema, whitespace="flexible", property_order="any")
+    except UnsupportedSchemaError as exc:  # a typed refusal is fine; a RecursionError is not
+        assert exc.keyword and exc.pointer
+    else:
+        assert compiled.matcher() is not None
