@@ -23,7 +23,7 @@ from numba import njit
 
 from grammars.automata.byte_dfa import ByteDFA, compile_regular
 from grammars.bitmask import mask_words
-from grammars.trie import TokenTrie
+from grammars.trie import TokenTrie, bfs_states
 
 __all__ = ["TokenSlice", "build_slice", "default_slices", "DEFAULT_SLICE_CLASSES"]
 
@@ -78,7 +78,8 @@ def build_slice(trie: TokenTrie, pattern: str, logits_width: int) -> TokenSlice:
     from grammars.frontends.regex import parse_regex
 
     loop = compile_regular(parse_regex(f"(?:{pattern})*"))
-    ends = _token_end_states(trie.node_parent, trie.node_byte, trie.token_node, loop.table.reshape(-1), loop.start)
+    states, _ = bfs_states(trie.node_parent, trie.node_byte, loop.table.reshape(-1), loop.accepting, loop.start, 1)
+    ends = states[trie.token_node]  # the sentinel slot n: tokens without a node
     text = trie.token_node < trie.n_nodes
     in_slice = text & (ends >= 0) & loop.accepting[np.maximum(ends, 0)]
     mask = np.zeros(mask_words(logits_width), dtype=np.int32)
@@ -154,49 +155,14 @@ def _applies(flat, accepting, state, loop_flat, loop_start, n_loop, limit):  # p
 
 
 @njit(cache=True, nogil=True)
-def _token_end_states(parent, node_byte, token_node, flat, state):  # pragma: no cover - jitted
-    """Per token, the state its bytes reach from ``state`` (-1: dead; sentinel tokens: -1)."""
-    n = parent.shape[0]
-    states = np.empty(n + 1, np.int32)
-    states[0] = state
-    for node in range(1, n):
-        ps = states[parent[node]]
-        states[node] = -1 if ps < 0 else flat[ps * 256 + node_byte[node]]
-    states[n] = -1
-    out = np.empty(token_node.shape[0], np.int32)
-    for t in range(token_node.shape[0]):
-        out[t] = states[token_node[t]]
-    return out
-
-
-@njit(cache=True, nogil=True)
 def _residual_walk(parent, node_byte, flat, accepting, state, token_position, token_id,
                    base):  # pragma: no cover - jitted
     """The slice's mask plus the residual tokens alive from ``state``; residual accept positions."""
-    n = parent.shape[0]
-    states = np.empty(n, np.int32)
-    states[0] = state
-    n_acc = 0
-    for i in range(1, n):
-        ps = states[parent[i]]
-        if ps < 0:
-            states[i] = -1
-        else:
-            nxt = flat[ps * 256 + node_byte[i]]
-            states[i] = nxt
-            if nxt >= 0 and accepting[nxt]:
-                n_acc += 1
+    states, accept = bfs_states(parent, node_byte, flat, accepting, state, 0)
     words = base.copy()
     bits = words.view(np.uint32)
     for k in range(token_id.shape[0]):
         if states[token_position[k]] >= 0:
             t = token_id[k]
             bits[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-    accept = np.empty(n_acc, np.int64)
-    j = 0
-    for i in range(1, n):
-        st = states[i]
-        if st >= 0 and accepting[st]:
-            accept[j] = i
-            j += 1
     return words, accept

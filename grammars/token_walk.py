@@ -27,7 +27,7 @@ from numba import njit
 from grammars.automata.byte_dfa import byte_classes, load_kernels
 from grammars.bitmask import mask_words
 from grammars.token_slices import default_slices
-from grammars.trie import TokenTrie
+from grammars.trie import TokenTrie, bfs_states
 
 __all__ = ["PathWalk", "WalkCache", "tokens_to_words", "bounded_equivalence"]
 
@@ -108,44 +108,8 @@ def _linear_walk(parent, node_byte, token_node, flat, accepting, state, n_words)
     """``_root_walk`` as one linear pass over every node in breadth-first order: faster than the
     preorder jumps when little of the trie is dead (a string body), since the states are then
     written in the order ``_pack_alive`` reads them."""
-    n = parent.shape[0]
-    states = np.empty(n + 1, np.int32)
-    states[0] = state
-    n_acc = 0
-    for node in range(1, n):
-        ps = states[parent[node]]
-        if ps < 0:
-            states[node] = -1
-        else:
-            nxt = flat[ps * 256 + node_byte[node]]
-            states[node] = nxt
-            if nxt >= 0 and accepting[nxt]:
-                n_acc += 1
-    states[n] = -1  # sentinel slot of non-text tokens
-    out_accept = np.empty(n_acc, np.int64)
-    if n_acc:
-        k = 0
-        for node in range(1, n):
-            st = states[node]
-            if st >= 0 and accepting[st]:
-                out_accept[k] = node
-                k += 1
-    return _pack_alive(states, token_node, n_words), out_accept
-
-
-@njit(cache=True, nogil=True)
-def _token_next_states(parent, node_byte, token_node, flat, state):  # pragma: no cover - jitted
-    """For every token, the DFA state its bytes reach from ``state`` (-1: dead)."""
-    states = np.empty(parent.shape[0] + 1, np.int32)
-    states[0] = state
-    for node in range(1, parent.shape[0]):
-        ps = states[parent[node]]
-        states[node] = -1 if ps < 0 else flat[ps * 256 + node_byte[node]]
-    states[parent.shape[0]] = -1  # sentinel slot of non-text tokens
-    out = np.empty(token_node.shape[0], np.int32)
-    for tok in range(token_node.shape[0]):
-        out[tok] = states[token_node[tok]]
-    return out
+    states, accept = bfs_states(parent, node_byte, flat, accepting, state, 1)  # slot n: non-text tokens
+    return _pack_alive(states, token_node, n_words), accept
 
 
 @njit(cache=True, nogil=True)
@@ -443,7 +407,6 @@ class WalkCache:
         self._kernel_sub_walk(dead, no, 0, _ROOT, bits, True, 1)
         _child_byte_counts(trie.child_start, trie.child_count, trie.node_byte, _ROOT)
         tokens_to_words(np.zeros(0, dtype=np.int64), self._words)
-        _token_next_states(trie.node_parent, trie.node_byte, trie.token_node, dead, 0)
         _reachable_form(dead, no, 0, 2)
         small = load_kernels()  # the DFA construction kernels too: every compile needs them
         for token_slice in self._slices:
@@ -566,7 +529,8 @@ class WalkCache:
     def token_next_states(self, dfa, state: int) -> np.ndarray:
         """Per token, the state its bytes reach from ``state`` (-1: not allowed). Not cached here."""
         trie = self.trie
-        return _token_next_states(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), state)
+        states, _ = bfs_states(trie.node_parent, trie.node_byte, _flat(dfa), dfa.accepting, state, 1)
+        return states[trie.token_node]  # the sentinel slot: tokens without a node
 
     # --- internals ---------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 from numba import njit
 
-__all__ = ["TokenTrie"]
+__all__ = ["TokenTrie", "bfs_states"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -192,3 +192,37 @@ def _preorder(child_start, child_count, node_byte, subtree_size):  # pragma: no 
             top += 1
         pos += 1
     return pre_node, pre_parent, pre_byte, pre_end
+
+
+@njit(cache=True, nogil=True)
+def bfs_states(parent, node_byte, flat, accepting, state, extra):  # pragma: no cover - jitted
+    """A byte DFA run from ``state`` down a breadth-first trie (parents before children; node 0
+    the root): the state at every node (-1: dead), followed by ``extra`` slots of -1 (sentinels
+    for tokens without a node), and the nodes where the DFA accepts, in increasing order.
+
+    ``flat`` is the transition table reshaped to one row (``state * 256 + byte``). Every whole-
+    trie walk shares this pass; the callers differ only in what they read off the states.
+    """
+    n = parent.shape[0]
+    states = np.empty(n + extra, np.int32)
+    states[0] = state
+    n_acc = 0
+    for node in range(1, n):
+        ps = states[parent[node]]
+        if ps < 0:
+            states[node] = -1
+        else:
+            nxt = flat[ps * 256 + node_byte[node]]
+            states[node] = nxt
+            if nxt >= 0 and accepting[nxt]:
+                n_acc += 1
+    for i in range(n, n + extra):
+        states[i] = -1
+    accept = np.empty(n_acc, np.int64)
+    k = 0
+    for node in range(1, n):
+        st = states[node]
+        if st >= 0 and accepting[st]:
+            accept[k] = node
+            k += 1
+    return states, accept
