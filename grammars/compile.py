@@ -9,6 +9,8 @@ number terminals of many schemas are walked once.
 from __future__ import annotations
 
 import json
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from threading import Lock
 
@@ -16,7 +18,7 @@ import numpy as np
 
 from grammars.automata.byte_dfa import compile_regular
 from grammars.automata.cfg import TerminalCFG, lower_grammar
-from grammars.errors import UnsupportedGrammarError
+from grammars.errors import LimitExceeded, UnsupportedGrammarError
 from grammars.frontends import parse_gbnf, parse_lark, parse_regex
 from grammars.ir import Grammar
 from grammars.limits import Limits
@@ -130,7 +132,8 @@ class Compiler:
         key = ("ir", grammar, self.limits)
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._build(grammar)
+            with _nesting_guard():
+                hit = self._build(grammar)
             self._cache.put(key, hit)
         return hit
 
@@ -153,15 +156,18 @@ class Compiler:
         from grammars.frontends.json_schema import JsonSchemaOptions, load_schema, parse_json_schema
 
         opts = JsonSchemaOptions(**options)
-        document = load_schema(schema)
-        canonical = json.dumps(document, sort_keys=True, ensure_ascii=False, default=repr)
+        with _nesting_guard():
+            document = load_schema(schema)
+            canonical = json.dumps(document, sort_keys=True, ensure_ascii=False, default=repr)
         return self._cached(("json_schema", canonical, opts), lambda: parse_json_schema(document, opts))
 
     def _cached(self, source_key: tuple, parse) -> CompiledGrammar:
         key = source_key + (self.limits,)
         hit = self._cache.get(key)
         if hit is None:
-            hit = self.compile_grammar(parse())
+            with _nesting_guard():
+                parsed = parse()
+            hit = self.compile_grammar(parsed)
             self._cache.put(key, hit)
         return hit
 
@@ -184,6 +190,20 @@ class Compiler:
             self.limits,
         )
         return CompiledGrammar(grammar, cfg, runtime, self.vocab, self._text_token, self._walks, self._trie)
+
+
+@contextmanager
+def _nesting_guard():
+    """Front ends and lowering recurse over the expression tree: a schema or grammar nested
+    deeper than Python's stack allows is refused with a typed error, not a ``RecursionError``."""
+    try:
+        yield
+    except RecursionError:
+        raise LimitExceeded(
+            "recursion", sys.getrecursionlimit(),
+            "the grammar is nested too deeply to compile (Python's recursion limit "
+            f"{sys.getrecursionlimit()} was reached while building it)",
+        ) from None
 
 
 def _vocab_index(vocab) -> _VocabIndex:

@@ -208,3 +208,17 @@ def test_fill_mask_checks_width():
     matcher = Compiler(vocab).compile_regex("a").matcher()
     with pytest.raises(ValueError, match="allocate_token_bitmask"):
         matcher.fill_mask(np.zeros((1, 7), dtype=np.int32), 0)
+
+
+def test_deeply_nested_input_is_a_typed_error():
+    """Front ends and lowering recurse over the tree: too deep is refused, never a RecursionError."""
+    vocab = _vocab([b"a"])
+    with pytest.raises(LimitExceeded) as info:
+        Compiler(vocab).compile_regex("(" * 5000 + "a" + ")" * 5000)
+    assert info.value.limit == "recursion"
+    schema: dict = {"type": "string"}
+    for _ in range(3000):
+        schema = {"type": "array", "items": schema}
+    with pytest.raises(LimitExceeded):
+        Compiler(vocab).compile_json_schema(schema)
+    assert Compiler(vocab).compile_regex("(a)").matcher() is not None  # the compiler stays usable
