@@ -10,9 +10,7 @@ All nodes are frozen and hashable, so a grammar can key caches by value.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
-from threading import Lock
 from typing import ClassVar, Iterable, Union
 
 __all__ = [
@@ -213,37 +211,6 @@ class Grammar:
         return dict(self.rules)
 
 
-# --- canonical nodes -------------------------------------------------------------------------
-
-#: The live node for each (type, identities of the children): nodes built by the helpers below
-#: share one object per structure, so equality between them stops at ``is`` instead of walking
-#: two equal trees (cache lookups in lowering did that millions of times on big schemas).
-_CANONICAL: "weakref.WeakValueDictionary[tuple, _Node]" = weakref.WeakValueDictionary()
-_CANONICAL_LOCK = Lock()
-
-
-def canonical(node: Expr) -> Expr:
-    """The canonical node structurally equal to ``node`` with the same children (``node`` itself
-    when it is the first). Keys hold the children's ids: a node alive keeps its children alive,
-    and its entry leaves with it, so an id in a key is never reused while the key exists."""
-    if isinstance(node, (Seq, Alt)):
-        key = (type(node), *map(id, node.items))
-    elif isinstance(node, Repeat):
-        key = (Repeat, id(node.item), node.min, node.max)
-    elif isinstance(node, Literal):
-        key = (Literal, node.text)
-    elif isinstance(node, Chars):
-        key = (Chars, node.ranges)
-    else:
-        return node
-    with _CANONICAL_LOCK:
-        return _CANONICAL.setdefault(key, node)
-
-
-canonical(EMPTY)
-canonical(NOTHING)
-
-
 # --- constructors that simplify as they build --------------------------------------------
 
 
@@ -256,11 +223,11 @@ def chars(*ranges: tuple[int, int] | str) -> Chars:
         else:
             lo, hi = r
             out.append((ord(lo) if isinstance(lo, str) else lo, ord(hi) if isinstance(hi, str) else hi))
-    return canonical(Chars(tuple(out)))
+    return Chars(tuple(out))
 
 
 def literal(text: str) -> Expr:
-    return canonical(Literal(text))
+    return Literal(text)
 
 
 def seq(items: Iterable[Expr]) -> Expr:
@@ -278,7 +245,7 @@ def seq(items: Iterable[Expr]) -> Expr:
         return EMPTY
     if len(flat) == 1:
         return flat[0]
-    return canonical(Seq(tuple(flat)))
+    return Seq(tuple(flat))
 
 
 def alt(items: Iterable[Expr]) -> Expr:
@@ -296,7 +263,7 @@ def alt(items: Iterable[Expr]) -> Expr:
         return NOTHING
     if len(flat) == 1:
         return flat[0]
-    return canonical(Alt(tuple(flat)))
+    return Alt(tuple(flat))
 
 
 def repeat(item: Expr, min: int = 0, max: int | None = None) -> Expr:
@@ -304,7 +271,7 @@ def repeat(item: Expr, min: int = 0, max: int | None = None) -> Expr:
         return EMPTY
     if min == 1 and max == 1:
         return item
-    return canonical(Repeat(item, min, max))
+    return Repeat(item, min, max)
 
 
 def optional(item: Expr) -> Expr:

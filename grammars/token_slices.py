@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from grammars.automata.byte_dfa import ByteDFA, compile_regular
-from grammars.bitmask import mask_words
+from grammars.bitmask import pack_bool
 from grammars.trie import TokenTrie, bfs_states
 
 __all__ = ["TokenSlice", "build_slice", "default_slices", "DEFAULT_SLICE_CLASSES"]
@@ -64,12 +64,8 @@ class TokenSlice:
 
     def walk(self, dfa: ByteDFA, state: int) -> tuple[np.ndarray, np.ndarray]:
         """(packed mask, accept nodes) of the root walk from ``state``; only where ``applies``."""
-        return self.walk_table(dfa.table.reshape(-1), dfa.accepting, state)
-
-    def walk_table(self, flat: np.ndarray, accepting: np.ndarray, state: int) -> tuple[np.ndarray, np.ndarray]:
-        """``walk`` on a flattened transition table."""
-        words, accept = _residual_walk(self.parent, self.node_byte, flat, accepting, state, self.token_position,
-                                       self.token_id, self.mask)
+        words, accept = _residual_walk(self.parent, self.node_byte, dfa.table.reshape(-1), dfa.accepting, state,
+                                       self.token_position, self.token_id, self.mask)
         return words, self.node[accept]
 
 
@@ -82,9 +78,7 @@ def build_slice(trie: TokenTrie, pattern: str, logits_width: int) -> TokenSlice:
     ends = states[trie.token_node]  # the sentinel slot n: tokens without a node
     text = trie.token_node < trie.n_nodes
     in_slice = text & (ends >= 0) & loop.accepting[np.maximum(ends, 0)]
-    mask = np.zeros(mask_words(logits_width), dtype=np.int32)
-    ids = np.flatnonzero(in_slice)
-    np.bitwise_or.at(mask.view(np.uint32), ids >> 5, (np.uint32(1) << (ids & 31).astype(np.uint32)))
+    mask = pack_bool(in_slice, logits_width)
     # the residual trie: every node on the path to a token outside the slice
     rest = np.flatnonzero(text & ~in_slice)
     keep = np.zeros(trie.n_nodes, dtype=bool)

@@ -410,33 +410,39 @@ class WalkCache:
         _reachable_form(dead, no, 0, 2)
         small = load_kernels()  # the DFA construction kernels too: every compile needs them
         for token_slice in self._slices:
-            token_slice.walk_table(dead, no, 0)
             token_slice.applies(small, small.start)
+            token_slice.walk(small, small.start)
         bounded_equivalence(small.table, small.accepting, 2)
 
     def walk_class(self, dfa) -> np.ndarray:
         """Per DFA state, a class id such that states of one class give identical walks.
 
-        Until the DFA has had ``WALK_CLASS_AFTER`` root walks, each state is its own class (ids
-        ``-1 - state``); then bounded equivalence merges counter states (ids ``>= 0``). Most
-        terminals are walked from a few states only, and the Moore rounds (up to the longest
-        token's length) cost more than those walks; a ``maxLength`` string walked at every
-        position pays them once. The two id ranges never meet, so keys made with either stay exact.
+        Each state is its own class (ids ``-1 - state``) until the DFA's ``WALK_CLASS_AFTER``-th
+        root walk; then bounded equivalence merges counter states (ids ``>= 0``, see
+        ``_note_root_walk``). Most terminals are walked from a few states only, and the Moore
+        rounds (up to the longest token's length) cost more than those walks; a ``maxLength``
+        string walked at every position pays them once. The two id ranges never meet, so keys
+        made with either stay exact. This is on the mask path: one dictionary lookup.
         """
         classes = self._classes.get(dfa.key)
         if classes is None:
-            n = dfa.n_states
-            if self._walked.get(dfa.key, 0) < WALK_CLASS_AFTER or n <= self._horizon:
-                return self._singletons(n)
-            columns = byte_classes(dfa.table)[0]
-            if n * self._horizon * columns.shape[1] > WALK_CLASS_BUDGET:
-                classes = self._singletons(n)  # huge DFAs cost too much
-            else:
-                classes = _moore(np.ascontiguousarray(columns, dtype=np.int32),
-                                 np.ascontiguousarray(dfa.accepting, dtype=np.bool_), self._horizon)
-                classes.setflags(write=False)
-            self._classes[dfa.key] = classes
+            classes = self._classes[dfa.key] = self._singletons(dfa.n_states)
         return classes
+
+    def _note_root_walk(self, dfa) -> None:
+        """Count a root walk of ``dfa``; at the ``WALK_CLASS_AFTER``-th, compute its walk classes."""
+        walked = self._walked.get(dfa.key, 0) + 1
+        self._walked[dfa.key] = walked
+        n = dfa.n_states
+        if walked != WALK_CLASS_AFTER or n <= self._horizon:  # short DFAs merge little
+            return
+        columns = byte_classes(dfa.table)[0]
+        if n * self._horizon * columns.shape[1] > WALK_CLASS_BUDGET:
+            return  # huge DFAs cost too much: states stay their own classes
+        classes = _moore(np.ascontiguousarray(columns, dtype=np.int32),
+                         np.ascontiguousarray(dfa.accepting, dtype=np.bool_), self._horizon)
+        classes.setflags(write=False)
+        self._classes[dfa.key] = classes
 
     def _singletons(self, n: int) -> np.ndarray:
         if self._singleton_ids.shape[0] < n:
@@ -475,7 +481,7 @@ class WalkCache:
         if hit is not None:
             self._roots[key] = hit
             return hit
-        self._walked[dfa.key] = self._walked.get(dfa.key, 0) + 1
+        self._note_root_walk(dfa)
         trie = self.trie
         first = slice(1, 1 + int(trie.child_count[0]))
         reach = int(trie.subtree_size[first][self._live_bytes(dfa, state)[0][trie.node_byte[first]]].sum())

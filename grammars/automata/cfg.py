@@ -18,7 +18,7 @@ from itertools import combinations
 from typing import Callable
 
 from grammars.errors import EmptyLanguageError, GrammarError, LimitExceeded
-from grammars.ir import EMPTY, Alt, Expr, Grammar, Literal, Ref, Repeat, Seq, canonical, seq
+from grammars.ir import EMPTY, Alt, Expr, Grammar, Literal, Ref, Repeat, Seq, seq
 from grammars.limits import Limits
 
 __all__ = ["TerminalCFG", "Production", "lower_grammar", "is_terminal", "terminal_index"]
@@ -204,11 +204,11 @@ class _Lowering:
         if out is None:
             if isinstance(expr, Repeat):
                 item = self._expand(expr.item)
-                out = expr if item is expr.item else canonical(Repeat(item, expr.min, expr.max))
+                out = expr if item is expr.item else Repeat(item, expr.min, expr.max)
             else:
                 items = tuple(self._expand(e) for e in expr.items)
                 same = all(a is b for a, b in zip(items, expr.items))
-                out = expr if same else canonical(type(expr)(items))
+                out = expr if same else type(expr)(items)
             self._expansions[expr] = out
         return out
 

@@ -673,20 +673,22 @@ def apply_negations(c: "SchemaCompiler", conj: "Conjunction", parts: tuple, wher
 #: Nested disjointness tests (through member values that are themselves ``oneOf``s) before the
 #: answer is "not provably disjoint": a recursive schema would otherwise test itself forever.
 MAX_DISJOINT_NESTING = 8
+#: Nesting up to which two objects requiring the same member compare that member's values.
+MAX_MEMBER_DISJOINT_NESTING = 3
 
 
-def provably_disjoint(c: "SchemaCompiler", a: "Conjunction", b: "Conjunction", depth: int = 0) -> bool:
+def provably_disjoint(c: "SchemaCompiler", a: "Conjunction", b: "Conjunction") -> bool:
     """True only when no value satisfies both ``a`` and ``b`` (a sound, incomplete test)."""
     if c.disjoint_nesting >= MAX_DISJOINT_NESTING:
         return False  # sound: the caller then treats the branches as overlapping
     c.disjoint_nesting += 1
     try:
-        return _provably_disjoint(c, a, b, depth)
+        return _provably_disjoint(c, a, b)
     finally:
         c.disjoint_nesting -= 1
 
 
-def _provably_disjoint(c: "SchemaCompiler", a: "Conjunction", b: "Conjunction", depth: int) -> bool:
+def _provably_disjoint(c: "SchemaCompiler", a: "Conjunction", b: "Conjunction") -> bool:
     from grammars.frontends.json_schema.compiler import intersect_types
 
     common = intersect_types(a.types, b.types)
@@ -698,7 +700,7 @@ def _provably_disjoint(c: "SchemaCompiler", a: "Conjunction", b: "Conjunction", 
 
             values = [v for v in x.enum if value_has_type(v, x.types) and all(evaluate(c, p, v) for p in x.atoms)]
             return all(not (value_has_type(v, y.types) and all(evaluate(c, p, v) for p in y.atoms)) for v in values)
-    return all(_type_disjoint(c, t, a, b, depth) for t in common)
+    return all(_type_disjoint(c, t, a, b) for t in common)
 
 
 def _interval(keywords: dict, low: str, high: str, xlow: str | None = None, xhigh: str | None = None):
@@ -723,7 +725,7 @@ def _intervals_disjoint(p, q) -> bool:
     return False
 
 
-def _type_disjoint(c: "SchemaCompiler", t: str, a: "Conjunction", b: "Conjunction", depth: int) -> bool:
+def _type_disjoint(c: "SchemaCompiler", t: str, a: "Conjunction", b: "Conjunction") -> bool:
     if t in ("number", "integer"):
         return _intervals_disjoint(
             _interval(a.number, "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"),
@@ -742,13 +744,13 @@ def _type_disjoint(c: "SchemaCompiler", t: str, a: "Conjunction", b: "Conjunctio
             for name in x.objects.required:
                 if _forbids(c, y, name):
                     return True
-        if depth < 3:
+        if c.disjoint_nesting <= MAX_MEMBER_DISJOINT_NESTING:  # the top-level test is nesting 1
             for name in oa.required:
                 if name in ob.required:
                     pa = c.conjunction(_member_parts(c, a, name))
                     pb = c.conjunction(_member_parts(c, b, name))
                     la, lb = c.leaves(pa), c.leaves(pb)
-                    if all(provably_disjoint(c, x, y, depth + 1) for x in la for y in lb):
+                    if all(provably_disjoint(c, x, y) for x in la for y in lb):
                         return True
         return False
     return False  # null, boolean
