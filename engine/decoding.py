@@ -151,6 +151,9 @@ class FreeMatcher:
     def allows(self, token: int) -> bool:
         return not self.is_terminated() and 0 <= int(token) < self._vocab.size
 
+    def rejection(self, token: int) -> np.ndarray | None:
+        return None if self.allows(token) else np.array([int(token)], dtype=np.int64)
+
     def is_accepting(self) -> bool:
         return not self.is_terminated()
 

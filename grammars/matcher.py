@@ -88,6 +88,30 @@ class Matcher:
             return bit_is_set(cached, token)
         return bool(self._rt.consume(state, token))
 
+    def rejection(self, token: int) -> np.ndarray | None:
+        """``None`` when ``token`` may come next; otherwise the ids of tokens rejected with it.
+
+        The same single check as ``allows``, which also says *where* the token fails: a text token
+        is rejected at the first byte its walk cannot take, and so is every text token that starts
+        with the same bytes up to that one. AWRS removes the whole set at once, which spares it
+        the draws a model would spend on the rejected prefix's other spellings. Special tokens and
+        ids outside the vocabulary come back alone.
+        """
+        state = self._history[-1]
+        token = int(token)
+        alone = np.array([token], dtype=np.int64)
+        if token in self._eos:
+            return None if ACCEPT in state else alone
+        if not (0 <= token < self._text_ok.shape[0]) or not self._text_ok[token] or not state:
+            return alone
+        cached = self._rt.cached_mask(state)
+        if cached is not None and bit_is_set(cached, token):
+            return None
+        dead = self._rt.dead_prefix(state, token)
+        if not dead:
+            return None
+        return self._rt.trie.tokens_sharing_prefix(token, dead)
+
     def is_accepting(self) -> bool:
         """The text so far is a complete sentence: EOS is allowed now."""
         return ACCEPT in self._history[-1]

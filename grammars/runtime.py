@@ -161,17 +161,31 @@ class GrammarRuntime:
 
     def consume(self, state: MatchState, token: int) -> MatchState:
         """State after the bytes of text token ``token``; empty when the token is not allowed."""
-        key = (state, token)
-        hit = self._consume_memo.get(key)
+        hit = self._consume_memo.get((state, token))
         if hit is not None:
             return hit
+        return self._walk_token(state, token)[0]
+
+    def dead_prefix(self, state: MatchState, token: int) -> int:
+        """0 when text token ``token`` may follow ``state``; otherwise the length of the shortest
+        prefix of its bytes that cannot. Every token starting with that prefix is rejected too:
+        what may follow a state is closed under taking prefixes."""
+        hit = self._consume_memo.get((state, token))
+        if hit:
+            return 0
+        return self._walk_token(state, token)[1]
+
+    def _walk_token(self, state: MatchState, token: int) -> tuple[MatchState, int]:
+        """(state after the token's bytes, length of the dead prefix or 0), memoising the state."""
         cur = state
-        for byte in self.token_bytes[token]:
+        dead = 0
+        for length, byte in enumerate(self.token_bytes[token], 1):
             cur = self.step(cur, byte)
             if not cur:
+                dead = length
                 break
-        self._consume_memo.put(key, cur)
-        return cur
+        self._consume_memo.put((state, token), cur)
+        return cur, dead
 
     def cached_mask(self, state: MatchState) -> np.ndarray | None:
         return self._mask_memo.get(state)

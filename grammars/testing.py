@@ -9,6 +9,7 @@ Laws:
 - ``fill_mask`` is pure (calling it twice gives the same words and leaves the state unchanged);
 - ``advance`` then ``rollback(1)`` restores the mask;
 - ``fork`` is independent of its origin;
+- ``rejection`` agrees with the mask, and every token in a rejected set is rejected;
 - EOS is allowed iff ``is_accepting()``; padded ids are never allowed.
 """
 
@@ -47,6 +48,7 @@ class MatcherLaws:
         self.check_eos(allowed)
         self.check_rollback_restores(allowed)
         self.check_fork_independent(allowed)
+        self.check_rejection_sets(allowed)
         return allowed
 
     # --- individual laws ---------------------------------------------------------------------
@@ -70,6 +72,17 @@ class MatcherLaws:
                 f"token {token} ({self._show(token)}): mask={allowed[token]} allows={by_allows} "
                 f"try_advance={by_advance}"
             )
+
+    def check_rejection_sets(self, allowed: np.ndarray) -> None:
+        for token in self._tokens_to_check(allowed):
+            rejected = self.matcher.rejection(token)
+            assert (rejected is None) == bool(allowed[token]), (
+                f"token {token} ({self._show(token)}): mask={allowed[token]} but rejection={rejected}"
+            )
+            if rejected is not None:
+                assert token in rejected, f"token {token} ({self._show(token)}) is missing from its rejected set"
+                wrong = rejected[allowed[rejected]].tolist()
+                assert not wrong, f"rejecting {token} ({self._show(token)}) also rejects allowed {wrong[:5]}"
 
     def check_eos(self, allowed: np.ndarray) -> None:
         accepting = self.matcher.is_accepting()

@@ -91,6 +91,34 @@ class TokenTrie:
             arr.setflags(write=False)
         return node, parent, byte, end, token_position
 
+    @cached_property
+    def _tokens_in_preorder(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Text tokens sorted by preorder position, those positions, each node's position and the
+        end of its subtree: the tokens of a subtree are one slice (``tokens_sharing_prefix``)."""
+        pre_node, _, _, pre_end, token_position = self.preorder
+        node_position = np.empty(self.n_nodes, dtype=np.int64)
+        node_position[pre_node] = np.arange(self.n_nodes)
+        ids = np.flatnonzero(self.token_node < self.n_nodes)
+        ids = ids[np.argsort(token_position[ids], kind="stable")]
+        positions = token_position[ids]
+        for arr in (ids, positions, node_position):
+            arr.setflags(write=False)
+        return ids, positions, node_position, pre_end
+
+    def tokens_sharing_prefix(self, token: int, length: int) -> np.ndarray:
+        """Ids of the text tokens whose bytes start with the first ``length`` bytes of ``token``'s
+        (``token`` included): the subtree under that trie node. ``length`` is clipped to the
+        token's length; a token not in the trie (special, empty) comes back alone."""
+        node = int(self.token_node[token])
+        if node >= self.n_nodes or length < 1:
+            return np.array([token], dtype=np.int64)
+        for _ in range(int(self.node_depth[node]) - length):
+            node = int(self.node_parent[node])
+        ids, positions, node_position, pre_end = self._tokens_in_preorder
+        start = int(node_position[node])
+        lo, hi = np.searchsorted(positions, [start, int(pre_end[start])])
+        return ids[lo:hi]
+
     @property
     def n_nodes(self) -> int:
         return int(self.node_byte.shape[0])

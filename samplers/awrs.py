@@ -55,6 +55,16 @@ the sum above restricted to the paths that finish (``n < K``) the shortfall is e
 contribute ``π(r)·p(x)·(α + Kβ)``; any ``α + Kβ = 1`` restores unbiasedness. The statistical tests
 check both budgets with ``K = 1, 2``.
 
+Pruning (``rejected_with``; our addition). A check says more than "no": a grammar rejects a text
+token at the first byte its walk cannot take, so every token spelled with the same bytes up to
+that one is rejected as well (``Matcher.rejection``). Removing those tokens with the rejected draw
+costs no check, and both estimators stay properly weighted: the recursion for *recursive* needs
+only that removed tokens are rejected and that each draw comes from ``p`` restricted to what is
+left, and in the *two_trace* sum ``ψ_k`` becomes the mass of everything removed after ``k``
+rejected draws (``n`` still counts draws) — each factor ``p(r_k)/(1−ψ_{k−1})`` and the telescoping
+over ``j`` are unchanged. When the model's favourite spelling is wrong (a property name it does not
+copy), one check removes all its variants instead of one draw each.
+
 Default: *recursive* — its weights are bounded (``p(x) <= Ẑ <= M``) and its budget is exact. The
 *two_trace* weights are heavy-tailed when the valid mass is small (values ~``1/n`` with probability
 ~``Z²``), more so under a budget, and gave visibly noisier SMC posteriors in our tests.
@@ -111,6 +121,10 @@ PEAKED_THRESHOLD = 2.0 / 3.0
 #: remaining bins stay accurate to ~1e-7 relative.
 _REBUILD_FRACTION = 1e-4
 
+#: ``_Urn.remove_many`` turns at most this many tokens into gaps; more are zeroed and the cumulative
+#: sum rebuilt (one pass over the vocabulary instead of a long gap list every draw walks).
+_FEW_REMOVALS = 8
+
 
 @dataclass(frozen=True)
 class AWRSResult:
@@ -146,7 +160,7 @@ class _Urn:
     def __init__(self, weights: np.ndarray, generator: torch.Generator | None):
         self._wn = weights  # float64, owned (rebuilds zero removed entries in place)
         self._gen = generator
-        self._removed: set[int] = set()
+        self._removed = np.zeros(weights.shape[0], dtype=bool)
         self._pending: list[int] = []
         self._u: list[float] = []
         self._build()
@@ -187,9 +201,9 @@ class _Urn:
         return float(self._wn[token])
 
     def remove(self, token: int) -> None:
-        if token in self._removed:
+        if self._removed[token]:
             return
-        self._removed.add(token)
+        self._removed[token] = True
         self._pending.append(token)
         start = float(self._cdf[token - 1]) if token else 0.0
         width = float(self._cdf[token]) - start
@@ -198,6 +212,19 @@ class _Urn:
             self._gap_mass += width
         if self._total > 0 and self.mass() < _REBUILD_FRACTION * self._total:
             self._build()
+
+    def remove_many(self, tokens: np.ndarray) -> None:
+        """Remove a set of tokens: a few become gaps, more are zeroed and the sum is rebuilt."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        tokens = tokens[(tokens >= 0) & (tokens < self._removed.shape[0])]
+        tokens = tokens[~self._removed[tokens]]
+        if tokens.shape[0] <= _FEW_REMOVALS:
+            for token in tokens.tolist():
+                self.remove(token)
+            return
+        self._removed[tokens] = True
+        self._wn[tokens] = 0.0
+        self._build()
 
     def _uniform(self) -> float:
         if not self._u:
@@ -218,7 +245,7 @@ class _Urn:
                 else:
                     break
             token = int(np.searchsorted(self._cdf, u, side="right"))
-            if token < n and token not in self._removed and self._wn[token] > 0:
+            if token < n and not self._removed[token] and self._wn[token] > 0:
                 return token
             if attempt >= 8:  # rounding keeps landing on a boundary: rebuild without the gaps
                 self._build()
@@ -235,8 +262,7 @@ def _exact_tail(
     n = urn._wn.shape[0]
     keep = np.zeros(n, dtype=bool)
     keep[: min(n, mask.shape[0])] = mask[:n]
-    if urn._removed:  # rejected tokens are not accepted: keep the mask and accept() consistent
-        keep[list(urn._removed)] = False
+    keep &= ~urn._removed  # rejected tokens are not accepted: keep the mask and accept() consistent
     weights = urn._wn * keep
     cdf = cumsum(weights)
     total = float(cdf[-1]) if n else 0.0
@@ -250,7 +276,16 @@ def _budget_hit(rejects: int, max_rejects: int | None, allowed) -> bool:
     return max_rejects is not None and allowed is not None and rejects >= max_rejects
 
 
-def _recursive(urn: _Urn, shift: float, accept, max_rejects, allowed) -> AWRSResult:
+def _reject(urn: _Urn, token: int, rejected_with) -> None:
+    """Remove a rejected draw, and with it every token the check showed to be rejected too."""
+    urn.remove(token)
+    if rejected_with is not None:
+        others = rejected_with(token)
+        if others is not None and len(others) > 1:
+            urn.remove_many(others)
+
+
+def _recursive(urn: _Urn, shift: float, accept, max_rejects, allowed, rejected_with) -> AWRSResult:
     checks = rejects = 0
     while True:
         if _budget_hit(rejects, max_rejects, allowed):
@@ -262,7 +297,7 @@ def _recursive(urn: _Urn, shift: float, accept, max_rejects, allowed) -> AWRSRes
         if accept(token):
             break
         rejects += 1
-        urn.remove(token)
+        _reject(urn, token, rejected_with)
     remaining = urn.mass()  # M: mass not rejected, the accepted token included
     p_token = urn.weight(token)
     urn.remove(token)
@@ -275,7 +310,7 @@ def _recursive(urn: _Urn, shift: float, accept, max_rejects, allowed) -> AWRSRes
     return AWRSResult(token, log_or_neg_inf(estimate) + shift, checks, rejects)
 
 
-def _two_trace(urn: _Urn, shift: float, accept, max_rejects, allowed) -> AWRSResult:
+def _two_trace(urn: _Urn, shift: float, accept, max_rejects, allowed, rejected_with) -> AWRSResult:
     checks = rejects = 0
     while True:  # trace 0
         if _budget_hit(rejects, max_rejects, allowed):
@@ -287,7 +322,7 @@ def _two_trace(urn: _Urn, shift: float, accept, max_rejects, allowed) -> AWRSRes
         if accept(token):
             break
         rejects += 1
-        urn.remove(token)
+        _reject(urn, token, rejected_with)
     not_rejected = urn.mass()  # (1 - ψ0) in mass units
     while True:  # trace 1: accepted tokens stay in the urn; `token` is known to be accepted
         other = urn.draw()
@@ -297,7 +332,7 @@ def _two_trace(urn: _Urn, shift: float, accept, max_rejects, allowed) -> AWRSRes
         if accept(other):
             break
         rejects += 1
-        urn.remove(other)
+        _reject(urn, other, rejected_with)
         if _budget_hit(rejects, max_rejects, allowed):
             return AWRSResult(token, float("-inf"), checks, rejects)  # β = 0 (module docstring)
     return AWRSResult(token, log_or_neg_inf(not_rejected / (rejects + 1)) + shift, checks, rejects)
@@ -306,7 +341,7 @@ def _two_trace(urn: _Urn, shift: float, accept, max_rejects, allowed) -> AWRSRes
 _ALGORITHMS = {"recursive": _recursive, "two_trace": _two_trace}
 
 
-def _run(logps, accept, generator, estimator, max_rejects, allowed) -> AWRSResult:
+def _run(logps, accept, generator, estimator, max_rejects, allowed, rejected_with) -> AWRSResult:
     if max_rejects is not None and max_rejects < 1:
         raise ValueError(f"max_rejects must be >= 1 or None, got {max_rejects}")
     urn, shift = _Urn.from_logps(logps, generator)
@@ -316,7 +351,7 @@ def _run(logps, accept, generator, estimator, max_rejects, allowed) -> AWRSResul
     algorithm = _ALGORITHMS.get(estimator)
     if algorithm is None:
         raise ValueError(f"unknown AWRS estimator {estimator!r}; use 'auto', 'recursive' or 'two_trace'")
-    result = algorithm(urn, shift, accept, max_rejects, allowed)
+    result = algorithm(urn, shift, accept, max_rejects, allowed, rejected_with)
     return AWRSResult(
         result.token, result.log_weight, result.checks, result.rejects, result.used_mask, log_or_neg_inf(total) + shift
     )
@@ -329,6 +364,7 @@ def recursive_awrs(
     *,
     max_rejects: int | None = None,
     allowed: Callable[[], torch.Tensor] | None = None,
+    rejected_with: Callable[[int], np.ndarray | None] | None = None,
 ) -> AWRSResult:
     """Recursive AWRS: ARS until the first acceptance, then one more draw for the weight.
 
@@ -336,9 +372,10 @@ def recursive_awrs(
     estimates ``log Σ_t exp(logps[t])·accept(t)``. ``accept(token)``: the constraint.
     ``max_rejects``/``allowed``: after that many rejections, ``allowed()`` (a bool vector — numpy or
     torch — over the same ids, agreeing with ``accept``) replaces further checks; the rest is exact.
-    Estimator and proof: module docstring.
+    ``rejected_with(token)``: after ``token`` is rejected, ids of tokens the same check proved
+    rejected too (or ``None``); they are removed with it. Estimator and proofs: module docstring.
     """
-    return _run(logps, accept, generator, "recursive", max_rejects, allowed)
+    return _run(logps, accept, generator, "recursive", max_rejects, allowed, rejected_with)
 
 
 def two_trace_awrs(
@@ -348,13 +385,14 @@ def two_trace_awrs(
     *,
     max_rejects: int | None = None,
     allowed: Callable[[], torch.Tensor] | None = None,
+    rejected_with: Callable[[int], np.ndarray | None] | None = None,
 ) -> AWRSResult:
     """The paper's AWRS: ARS (trace 0) plus one continuation trace; ``Ẑ = (1 − ψ0)/(n0 + n1 + 1)``.
 
     Arguments as ``recursive_awrs``; the budget counts the rejections of both traces. Estimator,
     proof and budget rule: module docstring.
     """
-    return _run(logps, accept, generator, "two_trace", max_rejects, allowed)
+    return _run(logps, accept, generator, "two_trace", max_rejects, allowed, rejected_with)
 
 
 def awrs(
@@ -365,13 +403,14 @@ def awrs(
     estimator: Estimator = "recursive",
     max_rejects: int | None = None,
     allowed: Callable[[], torch.Tensor] | None = None,
+    rejected_with: Callable[[int], np.ndarray | None] | None = None,
 ) -> AWRSResult:
     """AWRS with the chosen estimator: ``"recursive"`` (default), ``"two_trace"`` or ``"auto"``
     (``two_trace`` when ``max p >= 2/3``, else ``recursive``).
 
     Arguments and result as ``recursive_awrs``.
     """
-    return _run(logps, accept, generator, estimator, max_rejects, allowed)
+    return _run(logps, accept, generator, estimator, max_rejects, allowed, rejected_with)
 
 
 # --- the TokenSampler adapter ---------------------------------------------------------------
@@ -400,10 +439,17 @@ class _AWRSRun:
         sampler = self.sampler
         logp = scores(logits, sampler.params)  # log p up to a constant
         count = [0]
+        last: dict[int, np.ndarray] = {}  # the rejected set of the latest check
 
         def accept(token: int) -> bool:
             count[0] += 1
-            return matcher.allows(token)
+            if not sampler.prune:
+                return matcher.allows(token)
+            rejected = matcher.rejection(token)
+            last.clear()
+            if rejected is not None:
+                last[token] = rejected
+            return rejected is None
 
         result = awrs(
             logp,
@@ -412,6 +458,7 @@ class _AWRSRun:
             estimator=sampler.estimator,
             max_rejects=sampler.max_rejects,
             allowed=_mask_fn(matcher, logits.shape[-1]),
+            rejected_with=last.get if sampler.prune else None,
         )
         stats = sampler.stats
         stats.draws += 1
@@ -444,7 +491,9 @@ class AWRS:
     the number of ``matcher.allows`` calls (the full-mask fallback is counted in ``stats``).
 
     ``estimator``: ``"recursive"`` (default), ``"two_trace"`` or ``"auto"``. ``max_rejects``: after that
-    many rejections the full mask is computed and the rest is exact (``None``: never).
+    many rejections the full mask is computed and the rest is exact (``None``: never). ``prune``:
+    a rejection also removes every token that shares the rejected token's dead byte prefix
+    (``Matcher.rejection``; exact, see the module docstring); ``False`` asks ``allows`` only.
     EOS is a token like the others: ``allows(eos)`` holds iff the matcher is accepting. When no
     allowed token has positive probability the draw falls back to masked sampling with
     ``log_weight = -inf``. Stateless across sequences except for the ``stats`` counters.
@@ -453,6 +502,7 @@ class AWRS:
     params: SamplingParams = field(default_factory=SamplingParams)
     estimator: Estimator = "recursive"
     max_rejects: int | None = 64
+    prune: bool = True
     stats: AWRSStats = field(default_factory=AWRSStats, compare=False)
 
     def __post_init__(self) -> None:

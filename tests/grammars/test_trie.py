@@ -67,3 +67,22 @@ def test_unwritable_cache_location_still_builds(tmp_path):
     blocker.write_text("x")
     trie = TokenTrie.cached([b"a"], np.array([True]), blocker / "sub" / "trie.npz")
     assert trie.n_nodes == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    pieces=st.lists(st.binary(min_size=0, max_size=5), min_size=1, max_size=40),
+    pick=st.integers(0, 10**6),
+    length=st.integers(0, 6),
+)
+def test_tokens_sharing_prefix_is_the_subtree(pieces, pick, length):
+    """The tokens under a trie node, by slice, are exactly the tokens spelled with that prefix."""
+    text = np.array([bool(p) for p in pieces])
+    trie = TokenTrie.build(pieces, text)
+    token = pick % len(pieces)
+    got = sorted(trie.tokens_sharing_prefix(token, length).tolist())
+    if not pieces[token] or length < 1:
+        assert got == [token]
+        return
+    prefix = pieces[token][:length]
+    assert got == [t for t, data in enumerate(pieces) if data and data.startswith(prefix)]

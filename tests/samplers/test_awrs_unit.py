@@ -237,3 +237,25 @@ def test_budget_counts_mask_fallbacks(abc_grammar):
         assert draw.token == 0 and draw.checks <= 1
         assert draw.log_weight == pytest.approx(float(torch.log_softmax(logits, 0)[0]))
     assert sampler.stats.mask_fallbacks >= 8
+
+
+def test_pruning_removes_every_spelling_of_a_dead_prefix():
+    """The model wants one of twenty tokens starting with "x"; only "y…" is valid. The first
+    rejected "x…" token rules out all of them, so each draw makes at most 3 checks (one
+    rejection, the accepted draw, the estimator's extra draw); without pruning it makes many."""
+    pieces = [b"x" + bytes([c]) for c in range(ord("a"), ord("a") + 20)] + [b"y", b"ya", b""]
+    vocab = TokenVocabulary.from_bytes(pieces, eos_token_ids=[len(pieces) - 1])
+    grammar = Compiler(vocab).compile_regex("ya?")
+    logits = torch.tensor([4.0] * 20 + [0.0, 0.0, -30.0])  # EOS (not allowed at the start) never drawn
+    gen = torch.Generator().manual_seed(3)
+    pruned, plain = AWRS(), AWRS(prune=False)
+    runs = (pruned.start(), plain.start())
+    for _ in range(30):
+        for run in runs:
+            draw = run.draw(logits, grammar.matcher(), gen)
+            assert draw.token in (20, 21)
+    assert pruned.stats.checks <= 3 * 30
+    assert plain.stats.checks > 10 * 30
+    matcher = grammar.matcher()
+    assert sorted(matcher.rejection(0).tolist()) == list(range(20))
+    assert matcher.rejection(20) is None

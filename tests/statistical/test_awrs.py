@@ -41,6 +41,14 @@ pytestmark = pytest.mark.statistical
 P_MIN = 1e-4
 Z_MAX = 5.0
 ESTIMATORS = [("recursive", None), ("two_trace", None), ("recursive", 1), ("two_trace", 1), ("two_trace", 2)]
+#: Monte Carlo cases: few examples (each makes 1,500 draws), seeded and reproducible
+MONTE_CARLO = settings(
+    max_examples=4,
+    derandomize=True,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @st.composite
@@ -61,8 +69,9 @@ def constrained_distributions(draw):
     return logps, frozenset(accepted), seed
 
 
-def _run(logps, accepted, seed, estimator, max_rejects, n):
+def _run(logps, accepted, seed, estimator, max_rejects, n, groups=None):
     gen = torch.Generator().manual_seed(seed)
+    rejected_with = None if groups is None else (lambda t: np.array(sorted(groups.get(t, {t}) | {t})))
     mask = torch.zeros(logps.shape[0], dtype=torch.bool)
     mask[list(accepted)] = True
     tokens = np.empty(n, dtype=np.int64)
@@ -75,6 +84,7 @@ def _run(logps, accepted, seed, estimator, max_rejects, n):
             estimator=estimator,
             max_rejects=max_rejects,
             allowed=lambda: mask,
+            rejected_with=rejected_with,
         )
         assert r.token is not None
         tokens[i] = r.token
@@ -82,11 +92,11 @@ def _run(logps, accepted, seed, estimator, max_rejects, n):
     return tokens, weights
 
 
-def check_properly_weighted(logps, accepted, seed, estimator, max_rejects, n=1500):
+def check_properly_weighted(logps, accepted, seed, estimator, max_rejects, n=1500, groups=None):
     p = torch.exp(logps).numpy()
     target = {t: float(p[t]) for t in accepted if p[t] > 0}
     z_exact = sum(target.values())
-    tokens, weights = _run(logps, accepted, seed, estimator, max_rejects, n)
+    tokens, weights = _run(logps, accepted, seed, estimator, max_rejects, n, groups)
     # exact samples from p·a/Z
     pvalue = chisquare_pvalue(Counter(tokens.tolist()), target)
     assert pvalue > P_MIN, f"{estimator}/{max_rejects}: samples differ from p·a/Z (p={pvalue:.2e})"
@@ -106,13 +116,7 @@ def check_properly_weighted(logps, accepted, seed, estimator, max_rejects, n=150
 
 
 @pytest.mark.parametrize(("estimator", "max_rejects"), ESTIMATORS)
-@settings(
-    max_examples=4,
-    derandomize=True,
-    deadline=None,
-    phases=[Phase.explicit, Phase.generate],
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@MONTE_CARLO
 @given(case=constrained_distributions())
 # pinned: the top token is rejected and the accepted ones are rare (long walks, budget hit)
 @example(case=(torch.log(torch.tensor([0.7, 0.2, 0.07, 0.03], dtype=torch.float64)), frozenset({2, 3}), 11))
@@ -121,6 +125,24 @@ def check_properly_weighted(logps, accepted, seed, estimator, max_rejects, n=150
 def test_awrs_is_exact_and_properly_weighted(case, estimator, max_rejects):
     logps, accepted, seed = case
     check_properly_weighted(logps, accepted, seed, estimator, max_rejects)
+
+
+def _prune_groups(n: int, accepted: frozenset, seed: int) -> dict[int, set[int]]:
+    """For each rejected token, a random set of other rejected tokens its check also rules out."""
+    rng = np.random.default_rng(seed)
+    rejected = [t for t in range(n) if t not in accepted]
+    return {t: {u for u in rejected if rng.random() < 0.5} for t in rejected}
+
+
+@pytest.mark.parametrize(("estimator", "max_rejects"), ESTIMATORS)
+@MONTE_CARLO
+@given(case=constrained_distributions())
+@example(case=(torch.log(torch.tensor([0.4, 0.3, 0.2, 0.07, 0.03], dtype=torch.float64)), frozenset({3, 4}), 11))
+def test_pruned_awrs_is_exact_and_properly_weighted(case, estimator, max_rejects):
+    """Removing further rejected tokens with each rejected draw (``rejected_with``) keeps it exact."""
+    logps, accepted, seed = case
+    groups = _prune_groups(logps.shape[0], accepted, seed)
+    check_properly_weighted(logps, accepted, seed, estimator, max_rejects, groups=groups)
 
 
 def test_auto_estimator_is_properly_weighted_on_both_sides_of_the_threshold():
@@ -160,12 +182,18 @@ def test_awrs_sampler_matches_the_masked_distribution_of_a_grammar():
 # --- the estimators' expectations, exactly, by enumerating every path ----------------------
 
 
-def exact_expectations(p, accepted, estimator, max_rejects):
+def exact_expectations(p, accepted, estimator, max_rejects, groups=None):
     """``{x: E[Ẑ·1(X = x)]}`` of the AWRS process, summing over every draw sequence.
 
     Mirrors the *definition* of the process in ``samplers/awrs.py`` (draws from ``p`` restricted
-    to the tokens not rejected; accepted tokens are never removed), not its code.
+    to the tokens not removed; a rejected draw ``t`` removes ``t`` and ``groups[t]``, rejected
+    tokens too; accepted tokens are never removed), not its code.
     """
+    groups = groups or {}
+
+    def removed_with(t):
+        return frozenset(groups.get(t, ())) | {t}
+
     out = {x: 0.0 for x in accepted}
     z = sum(p[x] for x in accepted)
     k = max_rejects if max_rejects is not None else float("inf")
@@ -179,13 +207,13 @@ def exact_expectations(p, accepted, estimator, max_rejects):
         for x in accepted:
             out[x] += prob * (p[x] / z) * z
 
-    def trace0(rejected, prob):
-        if len(rejected) >= k:
+    def trace0(rejected, n, prob):
+        if n >= k:
             return exact_tail(prob)
         options, rest = draws(rejected)
         for t, q in options:
             if t not in accepted:
-                trace0(rejected | {t}, prob * q)
+                trace0(rejected | removed_with(t), n + 1, prob * q)
             elif estimator == "recursive":
                 tail, _ = draws(rejected | {t})
                 if not tail:
@@ -193,18 +221,18 @@ def exact_expectations(p, accepted, estimator, max_rejects):
                 for y, qy in tail:
                     out[t] += prob * q * qy * (rest if y in accepted else p[t])
             else:
-                trace1(rejected, t, rest, prob * q)
+                trace1(rejected, n, t, rest, prob * q)
 
-    def trace1(rejected, x, not_rejected, prob):
+    def trace1(rejected, n, x, not_rejected, prob):
         options, _ = draws(rejected)
         for t, q in options:
             if t in accepted:
-                out[x] += prob * q * not_rejected / (len(rejected) + 1)
-            elif len(rejected) + 1 < k:
-                trace1(rejected | {t}, x, not_rejected, prob * q)
+                out[x] += prob * q * not_rejected / (n + 1)
+            elif n + 1 < k:
+                trace1(rejected | removed_with(t), n + 1, x, not_rejected, prob * q)
             # else: the budget is hit in trace 1 and the weight is 0
 
-    trace0(frozenset(), 1.0)
+    trace0(frozenset(), 0, 1.0)
     return out
 
 
@@ -215,17 +243,22 @@ def small_cases(draw):
     total = sum(weights)
     accepted = draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n))
     max_rejects = draw(st.one_of(st.none(), st.integers(1, 4)))
-    return [w / total for w in weights], frozenset(accepted), max_rejects
+    rejected = [t for t in range(n) if t not in accepted]
+    groups = {t: draw(st.sets(st.sampled_from(rejected), max_size=len(rejected))) for t in rejected} if rejected else {}
+    return [w / total for w in weights], frozenset(accepted), max_rejects, groups
 
 
 @pytest.mark.parametrize("estimator", ["recursive", "two_trace"])
 @settings(max_examples=40, derandomize=True, deadline=None, phases=[Phase.explicit, Phase.generate])
 @given(case=small_cases())
 # pinned: the rare-valid-token case whose heavy tail defeats a Monte Carlo z-test (Z ≈ 0.008)
-@example(case=([1.0] * 5 + [math.exp(-3.0)] + [1.0], frozenset({5}), 2))
+@example(case=([1.0] * 5 + [math.exp(-3.0)] + [1.0], frozenset({5}), 2, {0: {1, 2}, 3: {4}}))
 def test_estimators_are_properly_weighted_exactly(case, estimator):
-    p, accepted, max_rejects = case
+    """Every path enumerated, with and without pruning (``groups``: what a rejection also removes)."""
+    p, accepted, max_rejects, groups = case
     total = sum(p)
     p = [w / total for w in p]
     for x, value in exact_expectations(p, accepted, estimator, max_rejects).items():
+        assert value == pytest.approx(p[x], rel=1e-9, abs=1e-12), (x, value, p[x])
+    for x, value in exact_expectations(p, accepted, estimator, max_rejects, groups).items():
         assert value == pytest.approx(p[x], rel=1e-9, abs=1e-12), (x, value, p[x])
