@@ -331,27 +331,16 @@ class _NFA:
         return s, cur
 
     def _chars(self, ranges) -> tuple[int, int]:
-        seqs: list[list[tuple[int, int]]] = []
-        for lo, hi in ranges:
-            seqs.extend(utf8_ranges(lo, hi))
-        if not seqs:
-            return self.nothing()
-        start = self.new()
-        end = self.new()
-        edges = self.edges
-        suffix: dict[tuple, int] = {}  # shared suffix states: reading seq[i:] leads to end
-        for sq in seqs:
-            target = end
-            for i in range(len(sq) - 1, 0, -1):
-                key = tuple(sq[i:])
-                st = suffix.get(key)
-                if st is None:
-                    st = self.new()
-                    edges[st].append((sq[i][0], sq[i][1], target))
-                    suffix[key] = st
-                target = st
-            edges[start].append((sq[0][0], sq[0][1], target))
-        return start, end
+        """A character class: its UTF-8 automaton, built once per class (``_utf8_class``) and laid
+        down here with relative edges, so a class met in every key and string costs one copy."""
+        count, edges = _utf8_class(ranges)
+        base = len(self.eps)
+        if base + count > self.limit:
+            raise self._overflow()
+        self.eps.extend([[] for _ in range(count)])
+        self.edges.extend(edges)  # shared, never mutated: only fresh states get edges appended
+        self.offset.extend([base] * count)
+        return base, base + 1
 
     def _repeat(self, item: Expr, mn: int, mx: int | None) -> tuple[int, int]:
         if mx == 0:
@@ -430,6 +419,39 @@ class _NFA:
 
 #: sequences and alternatives whose fragment has at most this many states are replayed when met again
 _SNAPSHOT_STATES = 64
+
+#: ``_utf8_class`` memo: character classes recur across every schema (string bodies, key characters)
+_UTF8_CLASSES: dict[tuple, tuple[int, list[list[tuple[int, int, int]]]]] = {}
+_UTF8_CLASSES_MAX = 4096
+
+
+def _utf8_class(ranges: tuple) -> tuple[int, list[list[tuple[int, int, int]]]]:
+    """(state count, edges per state with targets relative to the first state): the automaton of
+    one code point in ``ranges`` as UTF-8 bytes, from state 0 to state 1, suffixes shared."""
+    hit = _UTF8_CLASSES.get(ranges)
+    if hit is not None:
+        return hit
+    seqs: list[list[tuple[int, int]]] = []
+    for lo, hi in ranges:
+        seqs.extend(utf8_ranges(lo, hi))
+    edges: list[list[tuple[int, int, int]]] = [[], []]  # 0: start, 1: end (no edges when empty)
+    suffix: dict[tuple, int] = {}  # shared suffix states: reading seq[i:] leads to the end
+    for sq in seqs:
+        target = 1
+        for i in range(len(sq) - 1, 0, -1):
+            key = tuple(sq[i:])
+            st = suffix.get(key)
+            if st is None:
+                st = len(edges)
+                edges.append([(sq[i][0], sq[i][1], target)])
+                suffix[key] = st
+            target = st
+        edges[0].append((sq[0][0], sq[0][1], target))
+    if len(_UTF8_CLASSES) >= _UTF8_CLASSES_MAX:
+        _UTF8_CLASSES.clear()
+    out = (len(edges), edges)
+    _UTF8_CLASSES[ranges] = out
+    return out
 
 
 def _worth_sharing(expr: Repeat) -> bool:
