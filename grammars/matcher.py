@@ -91,11 +91,12 @@ class Matcher:
     def rejection(self, token: int) -> np.ndarray | None:
         """``None`` when ``token`` may come next; otherwise the ids of tokens rejected with it.
 
-        The same single check as ``allows``, which also says *where* the token fails: a text token
-        is rejected at the first byte its walk cannot take, and so is every text token that starts
-        with the same bytes up to that one. AWRS removes the whole set at once, which spares it
-        the draws a model would spend on the rejected prefix's other spellings. Special tokens and
-        ids outside the vocabulary come back alone.
+        The same single check as ``allows``, which also says *where* the token fails: its walk
+        stops at the first byte that cannot follow, and there the state says which bytes can. So
+        every text token spelled with the same bytes up to that point and then any byte that
+        cannot follow is rejected too. AWRS removes the whole set at once: one check rules out
+        what would otherwise take a draw each. Special tokens and ids outside the vocabulary come
+        back alone.
         """
         state = self._history[-1]
         token = int(token)
@@ -107,10 +108,11 @@ class Matcher:
         cached = self._rt.cached_mask(state)
         if cached is not None and bit_is_set(cached, token):
             return None
-        dead = self._rt.dead_prefix(state, token)
-        if not dead:
+        dead = self._rt.dead_end(state, token)
+        if dead is None:
             return None
-        return self._rt.trie.tokens_sharing_prefix(token, dead)
+        length, alive = dead
+        return self._rt.trie.tokens_continuing(token, length, ~self._rt.next_bytes(alive))
 
     def is_accepting(self) -> bool:
         """The text so far is a complete sentence: EOS is allowed now."""

@@ -161,31 +161,41 @@ class GrammarRuntime:
 
     def consume(self, state: MatchState, token: int) -> MatchState:
         """State after the bytes of text token ``token``; empty when the token is not allowed."""
-        hit = self._consume_memo.get((state, token))
+        key = (state, token)
+        hit = self._consume_memo.get(key)
         if hit is not None:
             return hit
-        return self._walk_token(state, token)[0]
-
-    def dead_prefix(self, state: MatchState, token: int) -> int:
-        """0 when text token ``token`` may follow ``state``; otherwise the length of the shortest
-        prefix of its bytes that cannot. Every token starting with that prefix is rejected too:
-        what may follow a state is closed under taking prefixes."""
-        hit = self._consume_memo.get((state, token))
-        if hit:
-            return 0
-        return self._walk_token(state, token)[1]
-
-    def _walk_token(self, state: MatchState, token: int) -> tuple[MatchState, int]:
-        """(state after the token's bytes, length of the dead prefix or 0), memoising the state."""
         cur = state
-        dead = 0
-        for length, byte in enumerate(self.token_bytes[token], 1):
+        for byte in self.token_bytes[token]:
             cur = self.step(cur, byte)
             if not cur:
-                dead = length
                 break
+        self._consume_memo.put(key, cur)
+        return cur
+
+    def dead_end(self, state: MatchState, token: int) -> tuple[int, MatchState] | None:
+        """``None`` when text token ``token`` may follow ``state``; otherwise ``(k, alive)``: its
+        first ``k`` bytes lead to the non-empty state ``alive`` and its next byte is dead there."""
+        hit = self._consume_memo.get((state, token))
+        if hit:
+            return None
+        cur = state
+        for length, byte in enumerate(self.token_bytes[token]):
+            nxt = self.step(cur, byte)
+            if not nxt:
+                self._consume_memo.put((state, token), nxt)
+                return length, cur
+            cur = nxt
         self._consume_memo.put((state, token), cur)
-        return cur, dead
+        return None
+
+    def next_bytes(self, state: MatchState) -> np.ndarray:
+        """bool[256]: the bytes after which ``state`` is still alive (``step`` is non-empty)."""
+        out = np.zeros(256, dtype=bool)
+        for stack, t, s in state:
+            if stack is not None:
+                out |= self._tables[t][s] >= 0
+        return out
 
     def cached_mask(self, state: MatchState) -> np.ndarray | None:
         return self._mask_memo.get(state)

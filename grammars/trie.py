@@ -94,7 +94,7 @@ class TokenTrie:
     @cached_property
     def _tokens_in_preorder(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Text tokens sorted by preorder position, those positions, each node's position and the
-        end of its subtree: the tokens of a subtree are one slice (``tokens_sharing_prefix``)."""
+        end of its subtree: the tokens of a subtree are one slice (``tokens_continuing``)."""
         pre_node, _, _, pre_end, token_position = self.preorder
         node_position = np.empty(self.n_nodes, dtype=np.int64)
         node_position[pre_node] = np.arange(self.n_nodes)
@@ -105,19 +105,23 @@ class TokenTrie:
             arr.setflags(write=False)
         return ids, positions, node_position, pre_end
 
-    def tokens_sharing_prefix(self, token: int, length: int) -> np.ndarray:
+    def tokens_continuing(self, token: int, length: int, next_bytes: np.ndarray) -> np.ndarray:
         """Ids of the text tokens whose bytes start with the first ``length`` bytes of ``token``'s
-        (``token`` included): the subtree under that trie node. ``length`` is clipped to the
-        token's length; a token not in the trie (special, empty) comes back alone."""
+        and go on with a byte ``b`` where ``next_bytes[b]`` (bool[256]): the subtrees of those
+        children of that trie node. ``length`` must be shorter than the token."""
         node = int(self.token_node[token])
-        if node >= self.n_nodes or length < 1:
-            return np.array([token], dtype=np.int64)
+        if node >= self.n_nodes or not 0 <= length < int(self.node_depth[node]):
+            raise ValueError(f"token {token} has no byte after a prefix of {length} bytes")
         for _ in range(int(self.node_depth[node]) - length):
             node = int(self.node_parent[node])
+        first = int(self.child_start[node])
+        children = np.arange(first, first + int(self.child_count[node]))
+        children = children[next_bytes[self.node_byte[children]]]
         ids, positions, node_position, pre_end = self._tokens_in_preorder
-        start = int(node_position[node])
-        lo, hi = np.searchsorted(positions, [start, int(pre_end[start])])
-        return ids[lo:hi]
+        starts = node_position[children]
+        lo = np.searchsorted(positions, starts)
+        hi = np.searchsorted(positions, pre_end[starts])
+        return np.concatenate([ids[a:b] for a, b in zip(lo.tolist(), hi.tolist())] or [ids[:0]])
 
     @property
     def n_nodes(self) -> int:

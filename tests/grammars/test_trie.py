@@ -71,18 +71,20 @@ def test_unwritable_cache_location_still_builds(tmp_path):
 
 @settings(max_examples=60, deadline=None)
 @given(
-    pieces=st.lists(st.binary(min_size=0, max_size=5), min_size=1, max_size=40),
+    pieces=st.lists(st.binary(min_size=1, max_size=5), min_size=1, max_size=40),
     pick=st.integers(0, 10**6),
     length=st.integers(0, 6),
+    allowed=st.sets(st.integers(0, 255)),
 )
-def test_tokens_sharing_prefix_is_the_subtree(pieces, pick, length):
-    """The tokens under a trie node, by slice, are exactly the tokens spelled with that prefix."""
-    text = np.array([bool(p) for p in pieces])
-    trie = TokenTrie.build(pieces, text)
+def test_tokens_continuing_are_the_children_subtrees(pieces, pick, length, allowed):
+    """The tokens under some children of a trie node, by slices, are exactly the tokens spelled
+    with that prefix and then one of those bytes."""
+    trie = TokenTrie.build(pieces, np.ones(len(pieces), dtype=bool))
     token = pick % len(pieces)
-    got = sorted(trie.tokens_sharing_prefix(token, length).tolist())
-    if not pieces[token] or length < 1:
-        assert got == [token]
-        return
+    length = min(length, len(pieces[token]) - 1)
+    next_bytes = np.zeros(256, dtype=bool)
+    next_bytes[sorted(allowed)] = True
+    got = sorted(trie.tokens_continuing(token, length, next_bytes).tolist())
     prefix = pieces[token][:length]
-    assert got == [t for t, data in enumerate(pieces) if data and data.startswith(prefix)]
+    want = [t for t, data in enumerate(pieces) if data.startswith(prefix) and len(data) > length and data[length] in allowed]
+    assert got == want

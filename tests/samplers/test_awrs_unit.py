@@ -239,10 +239,11 @@ def test_budget_counts_mask_fallbacks(abc_grammar):
     assert sampler.stats.mask_fallbacks >= 8
 
 
-def test_pruning_removes_every_spelling_of_a_dead_prefix():
+def test_pruning_removes_every_token_with_a_dead_byte():
     """The model wants one of twenty tokens starting with "x"; only "y…" is valid. The first
-    rejected "x…" token rules out all of them, so each draw makes at most 3 checks (one
-    rejection, the accepted draw, the estimator's extra draw); without pruning it makes many."""
+    rejected "x…" token rules out every token whose first byte cannot follow, so each draw makes
+    at most 3 checks (one rejection, the accepted draw, the estimator's extra draw); without
+    pruning it makes many."""
     pieces = [b"x" + bytes([c]) for c in range(ord("a"), ord("a") + 20)] + [b"y", b"ya", b""]
     vocab = TokenVocabulary.from_bytes(pieces, eos_token_ids=[len(pieces) - 1])
     grammar = Compiler(vocab).compile_regex("ya?")
@@ -259,3 +260,15 @@ def test_pruning_removes_every_spelling_of_a_dead_prefix():
     matcher = grammar.matcher()
     assert sorted(matcher.rejection(0).tolist()) == list(range(20))
     assert matcher.rejection(20) is None
+
+
+def test_rejection_sets_follow_the_failure_point():
+    """A token failing at its second byte rules out the tokens with the same first byte and a
+    second byte that cannot follow there, and nothing that could still be allowed."""
+    pieces = [b"ab", b"ac", b"ad", b"a", b"abc", b"b", b"ba", b""]
+    vocab = TokenVocabulary.from_bytes(pieces, eos_token_ids=[7])
+    matcher = Compiler(vocab).compile_regex("a(b|bc)?").matcher()
+    assert sorted(matcher.rejection(1).tolist()) == [1, 2]  # "ac", "ad": 'c', 'd' cannot follow "a"
+    assert sorted(matcher.rejection(5).tolist()) == [5, 6]  # 'b' cannot start
+    assert matcher.rejection(0) is None and matcher.rejection(4) is None
+    assert matcher.rejection(7).tolist() == [7]  # EOS: not accepting yet, and alone
