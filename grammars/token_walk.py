@@ -214,64 +214,210 @@ def bounded_equivalence(table: np.ndarray, accepting: np.ndarray, rounds: int) -
 
 
 @njit(cache=True, nogil=True)
+def _signature(columns, classes, q):  # pragma: no cover - jitted
+    k = columns.shape[1]
+    h = np.uint64(0x9E3779B97F4A7C15)
+    for c in range(k):
+        t = columns[q, c]
+        v = classes[t] + 1 if t >= 0 else 0
+        h = (h ^ np.uint64(v)) * np.uint64(0x100000001B3)
+    return h
+
+
+@njit(cache=True, nogil=True)
+def _same_successors(columns, classes, a, b):  # pragma: no cover - jitted
+    for c in range(columns.shape[1]):
+        x = columns[a, c]
+        y = columns[b, c]
+        if (classes[x] if x >= 0 else -1) != (classes[y] if y >= 0 else -1):
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
 def _moore(columns, accepting, rounds):  # pragma: no cover - jitted
-    """``bounded_equivalence`` on a class table: each round groups states by (class, successor
-    classes), interning the signatures in a hash table with exact comparison."""
+    """``bounded_equivalence`` on a class table: Moore's rounds, each touching only the states
+    whose successors changed class in the previous round.
+
+    A state none of whose successors moved keeps the signature it had, hence stays with the
+    untouched members of its class; so each round re-signs only the predecessors of the states
+    that moved and splits their classes. Classes live as contiguous runs of one permutation
+    (a refinable partition), candidates are moved to the front of their run, grouped by
+    signature (sorted by hash, compared exactly), and every group but the one the untouched
+    members share (or the largest, when none is untouched) becomes a new class. On a ``maxLength`` counter, where a round moves a few
+    states, this costs about one pass over the DFA instead of one per round.
+    """
     n, k = columns.shape
     classes = np.zeros(n, np.int64)
+    elems = np.empty(n, np.int64)
+    loc = np.empty(n, np.int64)
+    first = np.zeros(n + 1, np.int64)
+    size = np.zeros(n + 1, np.int64)
+    marked = np.zeros(n + 1, np.int64)
+    n_accepting = 0
     for q in range(n):
-        classes[q] = 1 if accepting[q] else 0
-    count = 1
+        if accepting[q]:
+            n_accepting += 1
+    count = 2 if 0 < n_accepting < n else 1
+    lo = 0
+    hi = n - n_accepting if count == 2 else n
+    for q in range(n):  # class 0: rejecting states (or all), class 1: accepting ones
+        if count == 2 and accepting[q]:
+            classes[q] = 1
+            elems[hi] = q
+            loc[q] = hi
+            hi += 1
+        else:
+            elems[lo] = q
+            loc[q] = lo
+            lo += 1
+    size[0] = n - n_accepting if count == 2 else n
+    first[1] = size[0]
+    size[1] = n_accepting if count == 2 else 0
+    # predecessors (with repeats) in CSR form
+    pred_start = np.zeros(n + 1, np.int64)
     for q in range(n):
-        if classes[q] != classes[0]:
-            count = 2
-            break
-    size = 1
-    while size < 2 * n:
-        size *= 2
-    slots = np.empty(size, np.int64)
+        for c in range(k):
+            t = columns[q, c]
+            if t >= 0:
+                pred_start[t + 1] += 1
+    for q in range(n):
+        pred_start[q + 1] += pred_start[q]
+    preds = np.empty(pred_start[n], np.int64)
+    fill = pred_start[:n].copy()
+    for q in range(n):
+        for c in range(k):
+            t = columns[q, c]
+            if t >= 0:
+                preds[fill[t]] = q
+                fill[t] += 1
+    stamp = np.full(n, -1, np.int64)
+    class_stamp = np.full(n + 1, -1, np.int64)
+    candidates = np.empty(n, np.int64)
+    changed = np.empty(n, np.int64)
+    n_changed = 0
+    touched = np.empty(n + 1, np.int64)
     hashes = np.empty(n, np.uint64)
-    new = np.empty(n, np.int64)
-    reps = np.empty(n, np.int64)
-    for _ in range(rounds):
-        slots[:] = -1
-        n_new = 0
-        for q in range(n):
-            h = (np.uint64(classes[q]) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
-            for c in range(k):
-                t = columns[q, c]
-                v = classes[t] + 1 if t >= 0 else 0
-                h = (h ^ np.uint64(v)) * np.uint64(0x100000001B3)
-            hashes[q] = h
-            slot = h & np.uint64(size - 1)
-            found = -1
-            while slots[slot] >= 0:
-                cid = slots[slot]
-                r = reps[cid]
-                if hashes[r] == h and classes[r] == classes[q]:
-                    same = True
-                    for c in range(k):
-                        a = columns[r, c]
-                        b = columns[q, c]
-                        va = classes[a] if a >= 0 else -1
-                        vb = classes[b] if b >= 0 else -1
-                        if va != vb:
-                            same = False
-                            break
-                    if same:
-                        found = cid
-                        break
-                slot = (slot + np.uint64(1)) & np.uint64(size - 1)
-            if found < 0:
-                found = n_new
-                reps[n_new] = q
-                slots[slot] = n_new
-                n_new += 1
-            new[q] = found
-        classes[:] = new
-        if n_new == count:
+    leader = np.empty(n, np.int64)
+    group_size = np.zeros(n, np.int64)
+    for r in range(rounds):
+        n_cand = 0
+        if r == 0:
+            for q in range(n):
+                candidates[q] = q
+            n_cand = n
+        else:
+            for i in range(n_changed):
+                t = changed[i]
+                for j in range(pred_start[t], pred_start[t + 1]):
+                    q = preds[j]
+                    if stamp[q] != r:
+                        stamp[q] = r
+                        candidates[n_cand] = q
+                        n_cand += 1
+        if n_cand == 0:
             break
-        count = n_new
+        n_touched = 0
+        for i in range(n_cand):  # candidates to the front of their class's run
+            q = candidates[i]
+            cid = classes[q]
+            if class_stamp[cid] != r:
+                class_stamp[cid] = r
+                marked[cid] = 0
+                touched[n_touched] = cid
+                n_touched += 1
+            pos = first[cid] + marked[cid]
+            other = elems[pos]
+            elems[loc[q]] = other
+            loc[other] = loc[q]
+            elems[pos] = q
+            loc[q] = pos
+            marked[cid] += 1
+            hashes[q] = _signature(columns, classes, q)
+        # phase A (classes unchanged): each candidate's group leader, the untouched member when equal
+        for i in range(n_touched):
+            cid = touched[i]
+            a = first[cid]
+            m = marked[cid]
+            keep = elems[a + m] if m < size[cid] else -1
+            if keep >= 0:
+                hashes[keep] = _signature(columns, classes, keep)
+            segment = elems[a:a + m]
+            order = np.argsort(hashes[segment], kind="mergesort")
+            sorted_segment = segment[order].copy()
+            j = 0
+            while j < m:
+                e = j
+                h = hashes[sorted_segment[j]]
+                while e < m and hashes[sorted_segment[e]] == h:
+                    e += 1
+                for x in range(j, e):  # within one hash: compare exactly with earlier leaders
+                    q = sorted_segment[x]
+                    found = -1
+                    if keep >= 0 and hashes[keep] == h and _same_successors(columns, classes, q, keep):
+                        found = keep
+                    else:
+                        for y in range(j, x):
+                            p = sorted_segment[y]
+                            if leader[p] == p and _same_successors(columns, classes, q, p):
+                                found = p
+                                break
+                    leader[q] = q if found < 0 else found
+                j = e
+            if keep < 0:  # every member re-signed: the largest group keeps the class (only the others move)
+                best = 0
+                for x in range(m):
+                    group_size[leader[sorted_segment[x]]] += 1
+                for x in range(m):
+                    ld = leader[sorted_segment[x]]
+                    if group_size[ld] > best:
+                        best = group_size[ld]
+                        keep = ld
+                for x in range(m):
+                    group_size[leader[sorted_segment[x]]] = 0
+            # order the run: new groups by leader, the kept group last (next to the untouched members)
+            keys = np.empty(m, np.int64)
+            for x in range(m):
+                ld = leader[sorted_segment[x]]
+                keys[x] = n if ld == keep else ld
+            order2 = np.argsort(keys, kind="mergesort")
+            for x in range(m):
+                q = sorted_segment[order2[x]]
+                elems[a + x] = q
+                loc[q] = a + x
+        # phase B: split
+        n_changed = 0
+        for i in range(n_touched):
+            cid = touched[i]
+            a = first[cid]
+            m = marked[cid]
+            # the kept group sits last in the run: the untouched members' (first of them right after
+            # the run) or, when every member was re-signed, the last group's
+            keep_leader = elems[a + m] if m < size[cid] else leader[elems[a + m - 1]]
+            x = 0
+            while x < m:
+                q = elems[a + x]
+                ld = leader[q]
+                if ld == keep_leader:
+                    break
+                e = x
+                while e < m and leader[elems[a + e]] == ld:
+                    e += 1
+                new = count
+                count += 1
+                first[new] = a + x
+                size[new] = e - x
+                for y in range(x, e):
+                    s = elems[a + y]
+                    classes[s] = new
+                    changed[n_changed] = s
+                    n_changed += 1
+                x = e
+            first[cid] = a + x
+            size[cid] -= x
+            marked[cid] = 0
+        if n_changed == 0 or count == n:
+            break
     return classes
 
 

@@ -131,3 +131,38 @@ def test_root_walk_kernels_agree(walks, pattern):
         words2, accept2 = _linear_walk(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), dfa.accepting,
                                        state, walks._words)
         assert np.array_equal(words, words2) and np.array_equal(accept, accept2)
+
+
+def _synchronous_moore(table: np.ndarray, accepting: np.ndarray, rounds: int) -> list[int]:
+    """The definition, round by round: a state's class is (its class, its successors' classes)."""
+    classes = [int(a) for a in accepting]
+    for _ in range(rounds):
+        signatures: dict = {}
+        new = [signatures.setdefault((classes[q], *(classes[t] if t >= 0 else -1 for t in table[q])), len(signatures))
+               for q in range(table.shape[0])]
+        stable = len(set(new)) == len(set(classes))
+        classes = new
+        if stable:
+            break
+    return classes
+
+
+def _partition(classes) -> list[int]:
+    first: dict = {}
+    return [first.setdefault(c, len(first)) for c in classes]
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), n=st.integers(1, 30), k=st.integers(1, 4), chain=st.booleans(), rounds=st.integers(0, 40))
+def test_bounded_equivalence_matches_synchronous_rounds(data, n, k, chain, rounds):
+    """The worklist kernel (re-signs only predecessors of moved states) partitions like Moore's
+    synchronous rounds, on random DFAs and on counter-like chains (one state moves per round)."""
+    table = np.full((n, 256), -1, dtype=np.int32)
+    if chain:
+        for q in range(n - 1):
+            table[q, data.draw(st.integers(0, k - 1))] = q + 1
+    for _ in range(data.draw(st.integers(0, 2 * n))):
+        table[data.draw(st.integers(0, n - 1)), data.draw(st.integers(0, k - 1))] = data.draw(st.integers(0, n - 1))
+    accepting = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    got = bounded_equivalence(table, accepting, rounds)
+    assert _partition(got.tolist()) == _partition(_synchronous_moore(table, accepting, rounds))
