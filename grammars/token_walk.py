@@ -102,8 +102,14 @@ def _root_walk(pre_node, pre_parent, pre_byte, pre_end, tok_start, tok_count, no
             tok = node_tokens[k]
             words[tok >> 5] |= np.uint32(1) << np.uint32(tok & 31)
         i += 1
-    out_accept = accepted[:n_acc].copy()
-    out_accept.sort()
+    if n_acc * 16 < n:  # few accepting nodes: sort them
+        out_accept = accepted[:n_acc].copy()
+        out_accept.sort()
+    else:  # many: a flag per node is cheaper than sorting
+        flags = np.zeros(n, np.bool_)
+        for j in range(n_acc):
+            flags[accepted[j]] = True
+        out_accept = np.flatnonzero(flags)
     return words.view(np.int32), out_accept
 
 
