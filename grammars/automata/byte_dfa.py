@@ -789,29 +789,25 @@ def byte_classes(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @njit(cache=True, nogil=True)
 def _column_classes(table):  # pragma: no cover - jitted
-    """(class of each byte, first byte of each class): equal columns share a class, found by hash."""
+    """(class of each byte, first byte of each class): equal columns share a class.
+
+    Columns are hashed and then checked against their class's first column in row order (the
+    table is row-major: reading a column touches one cache line per state, a row reads 256
+    entries in a line or four); a hash collision between unequal columns, which the check finds,
+    falls back to comparing columns one by one.
+    """
     n = table.shape[0]
-    hashes = np.empty(256, np.uint64)
-    for b in range(256):
-        h = np.uint64(0xCBF29CE484222325)
-        for q in range(n):
-            h = (h ^ np.uint64(table[q, b] + 1)) * np.uint64(0x100000001B3)
-        hashes[b] = h
+    hashes = np.full(256, np.uint64(0xCBF29CE484222325))
+    for q in range(n):
+        for b in range(256):
+            hashes[b] = (hashes[b] ^ np.uint64(table[q, b] + 1)) * np.uint64(0x100000001B3)
     b2c = np.empty(256, np.int64)
     reps = np.empty(256, np.int64)
     k = 0
     for b in range(256):
         found = -1
         for c in range(k):
-            r = reps[c]
-            if hashes[r] != hashes[b]:
-                continue
-            same = True
-            for q in range(n):
-                if table[q, r] != table[q, b]:
-                    same = False
-                    break
-            if same:
+            if hashes[reps[c]] == hashes[b]:
                 found = c
                 break
         if found < 0:
@@ -819,6 +815,33 @@ def _column_classes(table):  # pragma: no cover - jitted
             reps[k] = b
             k += 1
         b2c[b] = found
+    collided = False
+    for q in range(n):
+        for b in range(256):
+            if table[q, b] != table[q, reps[b2c[b]]]:
+                collided = True
+                break
+        if collided:
+            break
+    if collided:
+        k = 0
+        for b in range(256):
+            found = -1
+            for c in range(k):
+                r = reps[c]
+                same = True
+                for q in range(n):
+                    if table[q, r] != table[q, b]:
+                        same = False
+                        break
+                if same:
+                    found = c
+                    break
+            if found < 0:
+                found = k
+                reps[k] = b
+                k += 1
+            b2c[b] = found
     return b2c, reps[:k].copy()
 
 

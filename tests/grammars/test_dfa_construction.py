@@ -69,6 +69,18 @@ def test_byte_classes_group_equal_columns():
     assert len({tuple(d.table[:, b]) for b in range(256)}) == cls.shape[1]
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_byte_classes_are_exact_on_random_tables(seed):
+    """Equal columns share a class, unequal ones never do, classes are numbered by first byte."""
+    rng = np.random.default_rng(seed)
+    n, distinct = int(rng.integers(1, 300)), int(rng.integers(1, 40))
+    table = rng.integers(-1, n, (n, distinct)).astype(np.int32)[:, rng.integers(0, distinct, 256)]
+    cls, b2c = byte_classes(table)
+    assert np.array_equal(cls[:, b2c], table)
+    assert len({tuple(table[:, b]) for b in range(256)}) == cls.shape[1]
+    assert list(dict.fromkeys(b2c.tolist())) == list(range(cls.shape[1]))
+
+
 def test_ir_hash_is_cached_but_not_pickled():
     e = seq([literal("ab"), repeat(chars(("0", "9")), 1, 3), Ref("x")])
     h = hash(e)
