@@ -5,8 +5,12 @@ overhead dominating: the Llama-3 trie is 128 levels deep with ~2,400 nodes in lo
 below depth 24, so a level-by-level numpy walk costs ~11 ms while these cost ~0.25 ms (root)
 and a few µs (small sub-walks).
 
-- ``root walk``: the DFA from one state over the whole trie, as one linear pass in breadth-first
-  node order (a node's state is its parent's state stepped by the node's byte).
+- ``root walk``: the DFA from one state over the whole trie. Three shapes, picked by how much of
+  the trie the live first bytes reach: a depth-first sub walk from the root (keywords,
+  punctuation), a preorder pass that jumps over dead subtrees and costs only what it visits
+  (whitespace, numbers, key literals: a few µs), or one linear pass in breadth-first node order
+  (a node's state is its parent's state stepped by the node's byte; string bodies, ~0.65 ms on
+  Llama 3, unless a token slice makes them small).
 - ``sub walk``: the DFA from one state over the subtries below a set of nodes (the places where
   a previous lexeme may end), depth-first, emitting token ids directly.
 
