@@ -76,7 +76,8 @@ class GenerationResult:
     ``per_token_s`` (one entry per decoding step of this row; ``mean_token_s`` averages them).
     ``forced_tokens`` counts tokens appended without sampling, ``budget_steered`` steps where
     budget-aware closing overrode the sampler's first choice, ``log_weight`` the sampler's importance weight
-    (for SMC: the log marginal-likelihood estimate ``log_ml``).
+    (for SMC: the log marginal-likelihood estimate ``log_ml``; ``nan`` for a sampler that does not
+    estimate one, ``AWRS(weight=False)``).
     """
 
     text: str

@@ -106,6 +106,7 @@ from samplers.masked import masked_distribution
 
 __all__ = [
     "AWRS",
+    "MatcherChecks",
     "AWRSResult",
     "awrs",
     "recursive_awrs",
@@ -287,7 +288,10 @@ def _reject(urn: _Urn, token: int, rejected_with) -> None:
             urn.remove_many(others)
 
 
-def _recursive(urn: _Urn, shift: float, accept, max_rejects, allowed, rejected_with) -> AWRSResult:
+def _first_acceptance(urn: _Urn, shift: float, accept, max_rejects, allowed, rejected_with) -> AWRSResult:
+    """ARS (trace 0): draw, check, remove the rejected, until a token is accepted. The result's
+    ``log_weight`` is ``nan`` for an accepted draw (the estimators fill it in); a budget fallback
+    or an urn with nothing left return their final result."""
     checks = rejects = 0
     while True:
         if _budget_hit(rejects, max_rejects, allowed):
@@ -297,9 +301,16 @@ def _recursive(urn: _Urn, shift: float, accept, max_rejects, allowed, rejected_w
             return AWRSResult(None, float("-inf"), checks, rejects)
         checks += 1
         if accept(token):
-            break
+            return AWRSResult(token, float("nan"), checks, rejects)
         rejects += 1
         _reject(urn, token, rejected_with)
+
+
+def _recursive(urn: _Urn, shift: float, accept, max_rejects, allowed, rejected_with) -> AWRSResult:
+    first = _first_acceptance(urn, shift, accept, max_rejects, allowed, rejected_with)
+    if first.token is None or first.used_mask:
+        return first
+    token, checks = first.token, first.checks
     remaining = urn.mass()  # M: mass not rejected, the accepted token included
     p_token = urn.weight(token)
     urn.remove(token)
@@ -309,22 +320,14 @@ def _recursive(urn: _Urn, shift: float, accept, max_rejects, allowed, rejected_w
     else:
         checks += 1
         estimate = remaining if accept(other) else p_token
-    return AWRSResult(token, log_or_neg_inf(estimate) + shift, checks, rejects)
+    return AWRSResult(token, log_or_neg_inf(estimate) + shift, checks, first.rejects)
 
 
 def _two_trace(urn: _Urn, shift: float, accept, max_rejects, allowed, rejected_with) -> AWRSResult:
-    checks = rejects = 0
-    while True:  # trace 0
-        if _budget_hit(rejects, max_rejects, allowed):
-            return _exact_tail(urn, shift, allowed, checks, rejects)
-        token = urn.draw()
-        if token is None:
-            return AWRSResult(None, float("-inf"), checks, rejects)
-        checks += 1
-        if accept(token):
-            break
-        rejects += 1
-        _reject(urn, token, rejected_with)
+    first = _first_acceptance(urn, shift, accept, max_rejects, allowed, rejected_with)
+    if first.token is None or first.used_mask:
+        return first
+    token, checks, rejects = first.token, first.checks, first.rejects
     not_rejected = urn.mass()  # (1 - ψ0) in mass units
     while True:  # trace 1: accepted tokens stay in the urn; `token` is known to be accepted
         other = urn.draw()
@@ -343,16 +346,18 @@ def _two_trace(urn: _Urn, shift: float, accept, max_rejects, allowed, rejected_w
 _ALGORITHMS = {"recursive": _recursive, "two_trace": _two_trace}
 
 
-def _run(logps, accept, generator, estimator, max_rejects, allowed, rejected_with) -> AWRSResult:
+def _run(logps, accept, generator, estimator, max_rejects, allowed, rejected_with, weight=True) -> AWRSResult:
     if max_rejects is not None and max_rejects < 1:
         raise ValueError(f"max_rejects must be >= 1 or None, got {max_rejects}")
-    urn, shift = _Urn.from_logps(logps, generator)
-    total = urn.mass()
-    if estimator == "auto":  # the largest weight is exp(0) = 1, so max p = 1 / total
-        estimator = "two_trace" if total > 0 and 1.0 / total >= PEAKED_THRESHOLD else "recursive"
-    algorithm = _ALGORITHMS.get(estimator)
+    algorithm = _ALGORITHMS.get(estimator) if estimator != "auto" else _recursive
     if algorithm is None:
         raise ValueError(f"unknown AWRS estimator {estimator!r}; use 'auto', 'recursive' or 'two_trace'")
+    urn, shift = _Urn.from_logps(logps, generator)
+    total = urn.mass()
+    if not weight:  # the draw alone: ARS, no estimate
+        algorithm = _first_acceptance
+    elif estimator == "auto":  # the largest weight is exp(0) = 1, so max p = 1 / total
+        algorithm = _two_trace if total > 0 and 1.0 / total >= PEAKED_THRESHOLD else _recursive
     result = algorithm(urn, shift, accept, max_rejects, allowed, rejected_with)
     return AWRSResult(
         result.token, result.log_weight, result.checks, result.rejects, result.used_mask, log_or_neg_inf(total) + shift
@@ -406,13 +411,16 @@ def awrs(
     max_rejects: int | None = None,
     allowed: Callable[[], torch.Tensor] | None = None,
     rejected_with: Callable[[int], np.ndarray | None] | None = None,
+    weight: bool = True,
 ) -> AWRSResult:
     """AWRS with the chosen estimator: ``"recursive"`` (default), ``"two_trace"`` or ``"auto"``
     (``two_trace`` when ``max p >= 2/3``, else ``recursive``).
 
-    Arguments and result as ``recursive_awrs``.
+    ``weight=False``: the draw alone (same distribution), ``log_weight`` ``nan``: no check is
+    spent on the estimate (the recursive estimator's extra draw, the second trace). Other
+    arguments and the result as ``recursive_awrs``.
     """
-    return _run(logps, accept, generator, estimator, max_rejects, allowed, rejected_with)
+    return _run(logps, accept, generator, estimator, max_rejects, allowed, rejected_with, weight)
 
 
 # --- the TokenSampler adapter ---------------------------------------------------------------
@@ -420,6 +428,37 @@ def awrs(
 
 def _mask_fn(matcher, width: int) -> Callable[[], np.ndarray]:
     return lambda: allowed_mask(matcher, width)
+
+
+@dataclass
+class MatcherChecks:
+    """``accept`` and ``rejected_with`` callbacks over one matcher state, counting the checks.
+
+    With ``prune``, each check is ``Matcher.rejection`` and a rejection's whole set is handed to
+    AWRS through ``rejected_with``; without it, each check is ``Matcher.allows``.
+    """
+
+    matcher: object
+    prune: bool = True
+    count: int = 0
+    _last: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.prune = self.prune and hasattr(self.matcher, "rejection")  # a backend with ``allows`` only
+
+    def accept(self, token: int) -> bool:
+        self.count += 1
+        if not self.prune:
+            return self.matcher.allows(token)
+        rejected = self.matcher.rejection(token)
+        self._last.clear()
+        if rejected is not None:
+            self._last[token] = rejected
+        return rejected is None
+
+    @property
+    def rejected_with(self) -> Callable[[int], np.ndarray | None] | None:
+        return self._last.get if self.prune else None
 
 
 class AWRSStats:
@@ -440,31 +479,20 @@ class _AWRSRun:
             raise NoAllowedToken("the grammar allows no token in this state (EOS was consumed)")
         sampler = self.sampler
         logp = scores(logits, sampler.params)  # log p up to a constant
-        count = [0]
-        last: dict[int, np.ndarray] = {}  # the rejected set of the latest check
-
-        def accept(token: int) -> bool:
-            count[0] += 1
-            if not sampler.prune:
-                return matcher.allows(token)
-            rejected = matcher.rejection(token)
-            last.clear()
-            if rejected is not None:
-                last[token] = rejected
-            return rejected is None
-
+        checks = MatcherChecks(matcher, sampler.prune)
         result = awrs(
             logp,
-            accept,
+            checks.accept,
             generator,
             estimator=sampler.estimator,
             max_rejects=sampler.max_rejects,
             allowed=_mask_fn(matcher, logits.shape[-1]),
-            rejected_with=last.get if sampler.prune else None,
+            rejected_with=checks.rejected_with,
+            weight=sampler.weight,
         )
         stats = sampler.stats
         stats.draws += 1
-        stats.checks += count[0]
+        stats.checks += checks.count
         stats.mask_fallbacks += int(result.used_mask)
         if result.token is None:
             # The processed distribution gives no allowed token positive probability (top-k/top-p
@@ -472,11 +500,11 @@ class _AWRSRun:
             # sampling so the sequence can go on, and say so with a zero weight.
             stats.zero_weight += 1
             probs = masked_distribution(logits, matcher, sampler.params)
-            return Draw(token=sample_categorical(probs, generator), log_weight=float("-inf"), checks=count[0])
+            return Draw(token=sample_categorical(probs, generator), log_weight=float("-inf"), checks=checks.count)
         if result.log_weight == float("-inf"):
             stats.zero_weight += 1
         log_weight = result.log_weight - result.log_total  # the valid *probability* mass
-        return Draw(token=result.token, log_weight=log_weight, checks=count[0])
+        return Draw(token=result.token, log_weight=log_weight, checks=checks.count)
 
     def finish(self, tokens: list[int], completed: bool) -> None:
         return None
@@ -496,6 +524,8 @@ class AWRS:
     many rejections the full mask is computed and the rest is exact (``None``: never). ``prune``:
     a rejection also removes every token that fails at the same point for the same reason
     (``Matcher.rejection``; exact, see the module docstring); ``False`` asks ``allows`` only.
+    ``weight=False``: draws only, ``Draw.log_weight`` is ``nan`` — one check fewer per token
+    (the estimate's extra draw) for users who sample and never reweight; SMC needs the weights.
     EOS is a token like the others: ``allows(eos)`` holds iff the matcher is accepting. When no
     allowed token has positive probability the draw falls back to masked sampling with
     ``log_weight = -inf``. Stateless across sequences except for the ``stats`` counters.
@@ -505,6 +535,7 @@ class AWRS:
     estimator: Estimator = "recursive"
     max_rejects: int | None = 64
     prune: bool = True
+    weight: bool = True
     stats: AWRSStats = field(default_factory=AWRSStats, compare=False)
 
     def __post_init__(self) -> None:

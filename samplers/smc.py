@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from samplers._numeric import allowed_mask, scores, uniforms
-from samplers.awrs import Estimator, awrs
+from samplers.awrs import Estimator, MatcherChecks, awrs
 from samplers.base import SamplingParams
 
 __all__ = ["SMC", "SMCResult", "effective_sample_size", "resample"]
@@ -163,7 +163,7 @@ class SMC:
 
     ``ess_threshold``: resample when ``ESS < ess_threshold · particles`` (0 never, 1 every step);
     ``resampling``: ``"multinomial"`` or ``"systematic"``; ``params``: ``process_logits`` settings
-    defining the model; ``estimator``/``max_rejects``: passed to AWRS. Call ``run``.
+    defining the model; ``estimator``/``max_rejects``/``prune``: passed to AWRS. Call ``run``.
     """
 
     particles: int = 8
@@ -172,6 +172,7 @@ class SMC:
     params: SamplingParams = field(default_factory=SamplingParams)
     estimator: Estimator = "recursive"
     max_rejects: int | None = 64
+    prune: bool = True
 
     def __post_init__(self) -> None:
         if self.particles < 1:
@@ -239,27 +240,23 @@ class SMC:
     def _extend(self, particle: _Particle, logits: torch.Tensor, generator) -> int:
         m = particle.matcher
         width = logits.shape[-1]
-        calls = [0]
-
-        def accept(token: int) -> bool:
-            calls[0] += 1
-            return m.allows(token)
-
+        checks = MatcherChecks(m, self.prune)
         result = awrs(
             scores(logits, self.params),
-            accept,
+            checks.accept,
             generator,
             estimator=self.estimator,
             max_rejects=self.max_rejects,
             allowed=lambda: allowed_mask(m, width),
+            rejected_with=checks.rejected_with,
         )
         if result.token is None or result.log_weight == float("-inf"):
             particle.log_weight = float("-inf")
             particle.done = True
-            return calls[0]
+            return checks.count
         m.advance(result.token)
         particle.tokens.append(result.token)
         particle.log_weight += result.log_weight - result.log_total
         if m.is_terminated():
             particle.done = particle.completed = True
-        return calls[0]
+        return checks.count

@@ -272,3 +272,17 @@ def test_rejection_sets_follow_the_failure_point():
     assert sorted(matcher.rejection(5).tolist()) == [5, 6]  # 'b' cannot start
     assert matcher.rejection(0) is None and matcher.rejection(4) is None
     assert matcher.rejection(7).tolist() == [7]  # EOS: not accepting yet, and alone
+
+
+def test_unweighted_sampler_spends_no_check_on_the_estimate(abc_grammar):
+    """Same seed, same draws: the unweighted sampler makes the same checks up to the accepted
+    token and stops there (weight nan); the weighted one checks one more token for its estimate."""
+    matcher = abc_grammar.matcher()
+    logits = torch.tensor([1.0, 0.5, 0.5, 0.2, 0.2, 0.0])  # "a" (the only valid first token) is favoured
+    for seed in range(20):
+        plain = AWRS(weight=False).start().draw(logits, matcher, torch.Generator().manual_seed(seed))
+        weighted = AWRS().start().draw(logits, matcher, torch.Generator().manual_seed(seed))
+        assert plain.token == weighted.token == 0
+        assert math.isnan(plain.log_weight) and not math.isnan(weighted.log_weight)
+        assert weighted.checks in (plain.checks, plain.checks + 1)
+        assert plain.checks <= 3  # one rejection rules out every b/c-led token, EOS is the other

@@ -145,6 +145,24 @@ def test_pruned_awrs_is_exact_and_properly_weighted(case, estimator, max_rejects
     check_properly_weighted(logps, accepted, seed, estimator, max_rejects, groups=groups)
 
 
+@pytest.mark.parametrize("max_rejects", [None, 1])
+def test_unweighted_draws_are_exact(max_rejects):
+    """``weight=False`` skips the estimate, not exactness: draws still follow p·a/Z, and every
+    check but the last is a rejection."""
+    logps = torch.log(torch.tensor([0.4, 0.3, 0.2, 0.07, 0.03], dtype=torch.float64))
+    accepted = frozenset({1, 3, 4})
+    gen = torch.Generator().manual_seed(5)
+    mask = torch.tensor([t in accepted for t in range(5)])
+    counts: Counter = Counter()
+    for _ in range(1500):
+        r = awrs(logps, lambda t: t in accepted, gen, max_rejects=max_rejects, allowed=lambda: mask, weight=False)
+        counts[r.token] += 1
+        assert r.checks == r.rejects + (0 if r.used_mask else 1)
+        assert r.used_mask or math.isnan(r.log_weight)
+    p = torch.exp(logps).numpy()
+    assert chisquare_pvalue(counts, {t: float(p[t]) for t in accepted}) > P_MIN
+
+
 def test_auto_estimator_is_properly_weighted_on_both_sides_of_the_threshold():
     for probs in ([0.7, 0.1, 0.1, 0.1], [0.5, 0.3, 0.1, 0.1]):  # two_trace, then recursive
         logps = torch.log(torch.tensor(probs, dtype=torch.float64))
