@@ -100,11 +100,10 @@ class Matcher:
         """
         state = self._history[-1]
         token = int(token)
-        alone = np.array([token], dtype=np.int64)
         if token in self._eos:
-            return None if ACCEPT in state else alone
+            return None if ACCEPT in state else np.array([token], dtype=np.int64)
         if not (0 <= token < self._text_ok.shape[0]) or not self._text_ok[token] or not state:
-            return alone
+            return np.array([token], dtype=np.int64)
         cached = self._rt.cached_mask(state)
         if cached is not None and bit_is_set(cached, token):
             return None

@@ -161,33 +161,31 @@ class GrammarRuntime:
 
     def consume(self, state: MatchState, token: int) -> MatchState:
         """State after the bytes of text token ``token``; empty when the token is not allowed."""
-        key = (state, token)
-        hit = self._consume_memo.get(key)
+        hit = self._consume_memo.get((state, token))
         if hit is not None:
             return hit
-        cur = state
-        for byte in self.token_bytes[token]:
-            cur = self.step(cur, byte)
-            if not cur:
-                break
-        self._consume_memo.put(key, cur)
-        return cur
+        return self._walk_token(state, token)[0]
 
     def dead_end(self, state: MatchState, token: int) -> tuple[int, MatchState] | None:
         """``None`` when text token ``token`` may follow ``state``; otherwise ``(k, alive)``: its
         first ``k`` bytes lead to the non-empty state ``alive`` and its next byte is dead there."""
-        hit = self._consume_memo.get((state, token))
-        if hit:
+        if self._consume_memo.get((state, token)):
             return None
-        cur = state
-        for length, byte in enumerate(self.token_bytes[token]):
-            nxt = self.step(cur, byte)
-            if not nxt:
-                self._consume_memo.put((state, token), nxt)
-                return length, cur
-            cur = nxt
+        end, length, alive = self._walk_token(state, token)
+        return None if end else (length, alive)
+
+    def _walk_token(self, state: MatchState, token: int) -> tuple[MatchState, int, MatchState]:
+        """(state after the token's bytes, bytes taken, last non-empty state), memoising the first."""
+        cur = alive = state
+        length = 0
+        for byte in self.token_bytes[token]:
+            cur = self.step(alive, byte)
+            if not cur:
+                break
+            alive = cur
+            length += 1
         self._consume_memo.put((state, token), cur)
-        return None
+        return cur, length, alive
 
     def next_bytes(self, state: MatchState) -> np.ndarray:
         """bool[256]: the bytes after which ``state`` is still alive (``step`` is non-empty)."""

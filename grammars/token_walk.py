@@ -28,7 +28,7 @@ from threading import Lock
 import numpy as np
 from numba import njit
 
-from grammars.automata.byte_dfa import byte_classes, load_kernels
+from grammars.automata.byte_dfa import byte_classes, load_kernels, predecessors
 from grammars.bitmask import mask_words
 from grammars.token_slices import default_slices
 from grammars.trie import TokenTrie, bfs_states
@@ -284,23 +284,7 @@ def _moore(columns, accepting, rounds):  # pragma: no cover - jitted
     size[0] = n - n_accepting if count == 2 else n
     first[1] = size[0]
     size[1] = n_accepting if count == 2 else 0
-    # predecessors (with repeats) in CSR form
-    pred_start = np.zeros(n + 1, np.int64)
-    for q in range(n):
-        for c in range(k):
-            t = columns[q, c]
-            if t >= 0:
-                pred_start[t + 1] += 1
-    for q in range(n):
-        pred_start[q + 1] += pred_start[q]
-    preds = np.empty(pred_start[n], np.int64)
-    fill = pred_start[:n].copy()
-    for q in range(n):
-        for c in range(k):
-            t = columns[q, c]
-            if t >= 0:
-                preds[fill[t]] = q
-                fill[t] += 1
+    pred_start, preds = predecessors(columns)
     stamp = np.full(n, -1, np.int64)
     class_stamp = np.full(n + 1, -1, np.int64)
     candidates = np.empty(n, np.int64)

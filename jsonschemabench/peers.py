@@ -289,7 +289,8 @@ class CorralEngine:
             "call": "compile_gbnf / compile_regex; Compiler(vocab, allow_empty_language=True)"
                     f".compile_json_schema(schema, whitespace={whitespace!r})",
             "whitespace": whitespace,
-            "cache": "fresh Compiler per schema (no compiled grammar or token walk carried across files)",
+            "cache": "fresh Compiler per schema (no compiled grammar or token walk carried across files; "
+                     "the UTF-8 automata of character classes are memoised per process)",
         }
 
     def reset_caches(self) -> None:

@@ -48,6 +48,7 @@ __all__ = [
     "difference",
     "minimize",
     "load_kernels",
+    "predecessors",
 ]
 
 #: the "no state" value in tables and the result of stepping out of the language
@@ -590,6 +591,30 @@ def _valmari(n, T, final_states, CE, CF, CP, cz, A, Fa):  # pragma: no cover - j
 
 
 @njit(cache=True, nogil=True)
+def predecessors(table):  # pragma: no cover - jitted
+    """Reverse edges of a (class) table in CSR form: the predecessors of state ``t`` are
+    ``preds[start[t]:start[t + 1]]``, once per edge into ``t``."""
+    n, k = table.shape
+    start = np.zeros(n + 1, np.int64)
+    for q in range(n):
+        for c in range(k):
+            t = table[q, c]
+            if t >= 0:
+                start[t + 1] += 1
+    for q in range(n):
+        start[q + 1] += start[q]
+    fill = start[:-1].copy()
+    preds = np.empty(start[n], np.int64)
+    for q in range(n):
+        for c in range(k):
+            t = table[q, c]
+            if t >= 0:
+                preds[fill[t]] = q
+                fill[t] += 1
+    return start, preds
+
+
+@njit(cache=True, nogil=True)
 def _reduce(table, accepting, start, corder):  # pragma: no cover - jitted
     """Trim, minimise and canonically renumber a class-level DFA in one compiled pass.
 
@@ -599,22 +624,7 @@ def _reduce(table, accepting, start, corder):  # pragma: no cover - jitted
     """
     n, k = table.shape
     # co-accessible states: reverse edges, then a search from the accepting states
-    n_pred = np.zeros(n + 1, np.int64)
-    for q in range(n):
-        for c in range(k):
-            t = table[q, c]
-            if t >= 0:
-                n_pred[t + 1] += 1
-    for q in range(n):
-        n_pred[q + 1] += n_pred[q]
-    fill = n_pred[:-1].copy()
-    preds = np.empty(n_pred[n], np.int64)
-    for q in range(n):
-        for c in range(k):
-            t = table[q, c]
-            if t >= 0:
-                preds[fill[t]] = q
-                fill[t] += 1
+    n_pred, preds = predecessors(table)
     co = accepting.copy()
     stack = np.empty(n, np.int64)
     top = 0
@@ -791,23 +801,44 @@ def byte_classes(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _column_classes(table):  # pragma: no cover - jitted
     """(class of each byte, first byte of each class): equal columns share a class.
 
-    Columns are hashed and then checked against their class's first column in row order (the
-    table is row-major: reading a column touches one cache line per state, a row reads 256
-    entries in a line or four); a hash collision between unequal columns, which the check finds,
-    falls back to comparing columns one by one.
+    Columns are hashed in row order (the table is row-major: reading a column touches one cache
+    line per state) and grouped by hash; one more row-order pass checks each column against its
+    class's first. A hash collision between unequal columns, which that pass finds, regroups
+    with every column compared in full.
     """
     n = table.shape[0]
     hashes = np.full(256, np.uint64(0xCBF29CE484222325))
     for q in range(n):
         for b in range(256):
             hashes[b] = (hashes[b] ^ np.uint64(table[q, b] + 1)) * np.uint64(0x100000001B3)
+    b2c, reps = _group_columns(table, hashes, False)
+    for q in range(n):
+        for b in range(256):
+            if table[q, b] != table[q, reps[b2c[b]]]:
+                return _group_columns(table, hashes, True)
+    return b2c, reps
+
+
+@njit(cache=True, nogil=True)
+def _group_columns(table, hashes, compare):  # pragma: no cover - jitted
+    """Bytes grouped by column hash (and, with ``compare``, by the columns themselves), classes
+    numbered by first byte."""
     b2c = np.empty(256, np.int64)
     reps = np.empty(256, np.int64)
     k = 0
     for b in range(256):
         found = -1
         for c in range(k):
-            if hashes[reps[c]] == hashes[b]:
+            r = reps[c]
+            if hashes[r] != hashes[b]:
+                continue
+            same = True
+            if compare:
+                for q in range(table.shape[0]):
+                    if table[q, r] != table[q, b]:
+                        same = False
+                        break
+            if same:
                 found = c
                 break
         if found < 0:
@@ -815,33 +846,6 @@ def _column_classes(table):  # pragma: no cover - jitted
             reps[k] = b
             k += 1
         b2c[b] = found
-    collided = False
-    for q in range(n):
-        for b in range(256):
-            if table[q, b] != table[q, reps[b2c[b]]]:
-                collided = True
-                break
-        if collided:
-            break
-    if collided:
-        k = 0
-        for b in range(256):
-            found = -1
-            for c in range(k):
-                r = reps[c]
-                same = True
-                for q in range(n):
-                    if table[q, r] != table[q, b]:
-                        same = False
-                        break
-                if same:
-                    found = c
-                    break
-            if found < 0:
-                found = k
-                reps[k] = b
-                k += 1
-            b2c[b] = found
     return b2c, reps[:k].copy()
 
 
