@@ -323,13 +323,14 @@ class _NFA:
         except UnicodeEncodeError:
             # a lone surrogate has no UTF-8 encoding: like Chars, it matches nothing
             return self.nothing()
-        s = cur = self.new()
-        edges = self.edges
-        for b in data:
-            nxt = self.new()
-            edges[cur].append((b, b, nxt))
-            cur = nxt
-        return s, cur
+        base, n = len(self.eps), len(data)
+        if base + n + 1 > self.limit:
+            raise self._overflow()
+        self.eps.extend([[] for _ in range(n + 1)])
+        self.edges.extend([[(b, b, base + i + 1)] for i, b in enumerate(data)])
+        self.edges.append([])
+        self.offset.extend([0] * (n + 1))
+        return base, base + n
 
     def _chars(self, ranges) -> tuple[int, int]:
         """A character class: its UTF-8 automaton, built once per class (``_utf8_class``) and laid
