@@ -422,7 +422,8 @@ class SchemaCompiler:
             )
             if disjoint:
                 return alt(self.value(branch) for branch in disjunction.branches)
-        return alt(self._leaf(leaf) for leaf in self.leaves(conj))
+        leaves = self.leaves(conj)
+        return alt(self._leaf(leaf, sole=len(leaves) == 1) for leaf in leaves)
 
     def conjunction(self, parts: Iterable[Located]) -> Conjunction:
         conj = Conjunction()
@@ -615,7 +616,9 @@ class SchemaCompiler:
 
     # --- leaves ---------------------------------------------------------------------------------
 
-    def _leaf(self, conj: Conjunction) -> Expr:
+    def _leaf(self, conj: Conjunction, sole: bool = True) -> Expr:
+        """The value's expression for one leaf; ``sole``: no other leaf shares the value (see
+        ``objects.object_body``)."""
         if conj.is_empty:
             return NOTHING
         if conj.enum is not None:
@@ -636,7 +639,7 @@ class SchemaCompiler:
         if "array" in conj.types:
             branches.append(arrays.array_expr(self, conj))
         if "object" in conj.types:
-            branches.append(objects.object_expr(self, conj))
+            branches.append(objects.object_expr(self, conj, sole=sole))
         for kind in ("array", "object"):
             if excluded.get(kind) and kind in conj.types:
                 self.unsupported("not", conj.string_where, f"excluding particular {kind} values is not supported")

@@ -20,11 +20,13 @@ small automaton over (position, count, started) states, each state an IR rule, s
 linear in the number of properties (times the count bound) and the grammar is unambiguous:
 extra members attach to the earliest slot, a skipped optional property is never revisited.
 ``property_order="any"`` uses subsets of emitted properties as states instead (exact, exponential,
-hence ``any_order_limit``). Each member and the extra member are rules of their own, and runs of
+hence ``any_order_limit``); beyond it, subsets of the *required* properties seen, with declared
+members free to repeat (``any_order_repeating``: exact for validity, since every occurrence is
+checked and a parser keeps one). Each member and the extra member are rules of their own, and runs of
 extra members are right-recursive rules rather than ``Repeat``: that keeps the (large) key
 automaton of extra keys one parser terminal shared by every state, instead of a copy inlined
-into each state's DFA. Duplicate keys are never accepted for known names; extra keys cannot be
-checked for duplicates by a context-free grammar and are not.
+into each state's DFA. Duplicate keys are never accepted for known names (except in that
+repeating layout); extra keys cannot be checked for duplicates by a context-free grammar and are not.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ OBJECT_KEYWORDS = frozenset(
 )
 #: more states than this in an any-order object falls back to schema order
 MAX_ANY_ORDER_STATES = 1 << 12
+#: a large any-order object repeats members (``_Automaton.any_order_repeating``) when it has at
+#: most this many required properties (2**n states) and no property count bounds
+MAX_REPEATING_REQUIRED = 6
 
 
 @dataclass(frozen=True)
@@ -137,8 +142,8 @@ class Member:
     required: bool
 
 
-def object_expr(c: "SchemaCompiler", conj: "Conjunction") -> Expr:
-    """The object branch of a leaf conjunction."""
+def object_expr(c: "SchemaCompiler", conj: "Conjunction", *, sole: bool = True) -> Expr:
+    """The object branch of a leaf conjunction (``sole``: the value's only leaf)."""
     rules: ObjectRules = conj.objects
     lay = c.layout
     names: dict[str, None] = {}
@@ -176,7 +181,7 @@ def object_expr(c: "SchemaCompiler", conj: "Conjunction") -> Expr:
                       f"minProperties {low} needs {low - len(members)} distinct undeclared keys; a grammar "
                       "cannot exclude duplicate keys")
         low = 0
-    body = object_body(c, members, extra, low, high, hint=rules.where)
+    body = object_body(c, members, extra, low, high, hint=rules.where, repeat=sole)
     return lay.object(body)
 
 
@@ -239,15 +244,23 @@ def _extra_member(c: "SchemaCompiler", rules: ObjectRules, known: set[str]) -> E
 
 
 def object_body(
-    c: "SchemaCompiler", members: list[Member], extra: Expr | None, low: int, high: int | None, *, hint: str
+    c: "SchemaCompiler", members: list[Member], extra: Expr | None, low: int, high: int | None, *, hint: str,
+    repeat: bool = True,
 ) -> Expr:
-    """Members in the configured order, ``low..high`` of them in all, then ``ws`` (or nothing)."""
+    """Members in the configured order, ``low..high`` of them in all, then ``ws`` (or nothing).
+
+    ``repeat``: a large any-order object may use the repeating layout. Not for one of several
+    leaves of a value (``dependencies``, ``anyOf`` expanded): those layouts would all stay alive
+    to the object's end, key order no longer telling them apart, and under recursion the live
+    parses multiply with the depth."""
     order = c.options.property_order
     if order == "any" and len(members) > 1:
         automaton = _Automaton(c, members, extra, low, high, hint)
         states = (1 << len(members)) * len(automaton.counts())
         if len(members) <= c.options.any_order_limit and states <= MAX_ANY_ORDER_STATES:
             return automaton.any_order()
+        if repeat and low == 0 and high is None and sum(m.required for m in members) <= MAX_REPEATING_REQUIRED:
+            return automaton.any_order_repeating()
         c.narrowed(f"{hint}: {len(members)} properties accepted in schema order only (any_order_limit)")
     if order == "required_first":
         members = [m for m in members if m.required] + [m for m in members if not m.required]
@@ -395,6 +408,40 @@ class _Automaton:
         required = sum(1 << i for i, m in enumerate(self.members) if m.required)
         self.required_mask = required
         return self.state_f((0,), self.zero, False, lambda cnt, st: self.g_any(0, cnt, st))
+
+    # --- declared members in any order, repeats allowed ---
+
+    def any_order_repeating(self) -> Expr:
+        """Any order for objects too large for subsets of all members: states are the subsets of
+        *required* members seen, so a declared member may appear again. Exact for validity:
+        every occurrence's value is checked against its member's schema, a JSON parser keeps
+        one of them (the last), and every required member appears. Only without property
+        count bounds (duplicates would miscount) — the caller checks."""
+        required = [m for m in self.members if m.required]
+        optional = [m.expr for m in self.members if not m.required] + ([self.extra] if self.extra is not None else [])
+        anything_optional = alt(optional) if optional else None
+        if anything_optional is not None and len(optional) > 1:
+            anything_optional = self.c.add_rule(f"{self.hint}@optional", anything_optional)
+        full = (1 << len(required)) - 1
+        lay = self.lay
+        started_rule: dict[int, Expr] = {}
+
+        def choices(seen: int, started: bool, me: Expr | None) -> list[Expr]:
+            out = []
+            if anything_optional is not None:
+                out.append(seq([lay.sep(started), anything_optional, me if me is not None else started_rule[seen]]))
+            for j, m in enumerate(required):
+                after = seen | (1 << j)
+                nxt = me if (after == seen and me is not None) else started_rule[after]
+                out.append(seq([lay.sep(started), m.expr, nxt]))
+            if seen == full:
+                out.append(lay.end(started))
+            return out
+
+        for seen in sorted(range(full + 1), key=lambda s: -bin(s).count("1")):  # supersets first
+            started_rule[seen] = self.c.add_recursive_rule(
+                f"{self.hint}@R.{seen}", lambda me, seen=seen: alt(choices(seen, True, me)))
+        return alt(choices(0, False, None))
 
     def g_any(self, emitted: int, count: int, started: bool) -> Expr:
         k = ("S", emitted, count, int(started))

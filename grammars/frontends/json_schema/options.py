@@ -35,9 +35,15 @@ class JsonSchemaOptions:
         Order in which object members are accepted. ``"schema"``: declared properties in
         ``properties`` order (each optional unless required); undeclared members may sit
         anywhere between them. ``"required_first"``: the same, but required properties come
-        before optional ones. ``"any"``: every order, exactly, for objects with at most
-        ``any_order_limit`` declared properties; larger objects fall back to ``"schema"`` order
-        (a subset of the valid texts, recorded in ``SchemaReport.narrowed``).
+        before optional ones. ``"any"``: every order, exactly. Objects with at most
+        ``any_order_limit`` declared properties track every property (each at most once);
+        larger ones track only the required properties (at most 6) and let a declared property
+        appear again — every occurrence's value is checked and a JSON parser keeps the last, so
+        each accepted text is still valid (what validators and MaskBench's instances need; a
+        generator in this mode may repeat a key). Larger objects with ``minProperties``/
+        ``maxProperties``, which repeats would miscount, or more required properties fall back
+        to ``"schema"`` order (a subset of the valid texts, recorded in
+        ``SchemaReport.narrowed``).
     ``any_order_limit``
         Largest number of declared properties for which ``property_order="any"`` builds the
         exact any-order language (default 8). It needs one grammar state per subset of

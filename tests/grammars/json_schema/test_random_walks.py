@@ -53,6 +53,10 @@ SCHEMAS = {
                              "required": ["v"], "additionalProperties": False}},
              "$ref": "#/$defs/t"},
     "open": {"type": "object", "properties": {"a": {"type": "string"}}, "patternProperties": {"^n": {"type": "number"}}},
+    # more declared properties than any_order_limit: any order with repeats (objects.py)
+    "large": {"type": "object", "properties": {f"p{i}": [{"type": "integer"}, {"type": "boolean"}, {"enum": ["a", 1]}][i % 3]
+                                               for i in range(10)},
+              "required": ["p1", "p4"], "additionalProperties": {"type": "null"}},
 }
 
 #: bytes a walk prefers when allowed, so walks close strings and containers instead of wandering

@@ -243,8 +243,10 @@ def test_required_first_order(checker):
 
 
 def test_any_order_falls_back_to_schema_order_beyond_the_limit(checker):
+    """With a property count bound, members cannot repeat (see the next test): schema order."""
     names = [f"p{i}" for i in range(5)]
-    schema = {"type": "object", "properties": {n: {} for n in names}, "required": names, "additionalProperties": False}
+    schema = {"type": "object", "properties": {n: {} for n in names}, "required": names, "additionalProperties": False,
+              "maxProperties": 5}
     in_order = "{" + ",".join(f'"{n}":0' for n in names) + "}"
     reversed_ = "{" + ",".join(f'"{n}":0' for n in reversed(names)) + "}"
     assert checker.accepts(schema, reversed_, property_order="any", any_order_limit=5)
@@ -252,6 +254,36 @@ def test_any_order_falls_back_to_schema_order_beyond_the_limit(checker):
     assert not checker.accepts(schema, reversed_, property_order="any", any_order_limit=4)
     report = analyze_json_schema(load_schema(schema), JsonSchemaOptions(property_order="any", any_order_limit=4))
     assert report.narrowed and report.exact
+
+
+def test_large_any_order_objects_repeat_members_but_stay_exact(checker):
+    """Beyond ``any_order_limit``, any order with required-member tracking; a declared member may
+    appear again, each occurrence checked (a JSON parser keeps the last one), so every accepted
+    text is valid and nothing is narrowed."""
+    names = [f"p{i}" for i in range(12)]
+    schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names}, "required": ["p3", "p7"],
+              "additionalProperties": False}
+
+    def text(pairs):
+        return "{" + ",".join(f'"{k}":{v}' for k, v in pairs) + "}"
+
+    shuffled = [(n, i) for i, n in enumerate(names)][::-1]
+    assert checker.accepts(schema, text(shuffled), property_order="any")
+    assert checker.accepts(schema, text([("p7", 1), ("p3", 2)]), property_order="any")
+    assert checker.accepts(schema, text([("p7", 1), ("p1", 0), ("p3", 2), ("p1", 5)]), property_order="any")
+    assert not checker.accepts(schema, text([("p7", 1), ("p1", 0)]), property_order="any")  # p3 missing
+    assert not checker.accepts(schema, text([("p7", 1), ("p3", 2), ("p5", '"x"')]), property_order="any")
+    assert not checker.accepts(schema, text([("p7", 1), ("p3", 2), ("p3", '"x"')]), property_order="any")
+    assert not checker.accepts(schema, text([("p7", 1), ("p3", 2), ("zz", 0)]), property_order="any")
+    assert not checker.accepts(schema, "{}", property_order="any")
+    open_schema = {**schema, "additionalProperties": {"type": "string"}}
+    assert checker.accepts(open_schema, text([("zz", '"s"'), ("p7", 1), ("p3", 2)]), property_order="any")
+    assert not checker.accepts(open_schema, text([("zz", 0), ("p7", 1), ("p3", 2)]), property_order="any")
+    report = analyze_json_schema(load_schema(schema), JsonSchemaOptions(property_order="any"))
+    assert not report.narrowed
+    optional_only = {"type": "object", "properties": {n: {"type": "integer"} for n in names}}
+    assert checker.accepts(optional_only, "{}", property_order="any")
+    assert checker.accepts(optional_only, text([("p11", 1), ("x", '"y"'), ("p0", 2)]), property_order="any")
 
 
 def test_duplicate_declared_keys_are_rejected(checker):
