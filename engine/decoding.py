@@ -60,7 +60,7 @@ import torch
 
 from engine.closing import ClosingPlanner
 from engine.lm import LanguageModel
-from grammars import TokenVocabulary, allocate_token_bitmask
+from grammars import TokenCheck, TokenVocabulary, allocate_token_bitmask
 from grammars.bitmask import pack_bool
 from samplers import (
     Draw,
@@ -151,8 +151,11 @@ class FreeMatcher:
     def allows(self, token: int) -> bool:
         return not self.is_terminated() and 0 <= int(token) < self._vocab.size
 
-    def rejection(self, token: int) -> np.ndarray | None:
-        return None if self.allows(token) else np.array([int(token)], dtype=np.int64)
+    def check(self, token: int) -> TokenCheck:
+        alone = np.array([int(token)], dtype=np.int64)
+        if self.allows(token):
+            return TokenCheck(True, alone[:0], alone)
+        return TokenCheck(False, alone, alone[:0])
 
     def is_accepting(self) -> bool:
         return not self.is_terminated()

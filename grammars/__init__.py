@@ -39,7 +39,7 @@ from grammars.errors import (
 from grammars.frontends import parse_gbnf, parse_lark, parse_regex
 from grammars.ir import Grammar
 from grammars.limits import Limits
-from grammars.matcher import Matcher
+from grammars.matcher import Matcher, TokenCheck
 from grammars.token_dfa import TokenDFA
 from grammars.vocabulary import TokenVocabulary
 
@@ -54,6 +54,7 @@ __all__ = [
     "Compiler",
     "CompiledGrammar",
     "Matcher",
+    "TokenCheck",
     "TokenDFA",
     "Limits",
     "allocate_token_bitmask",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import weakref
+from dataclasses import dataclass
 from itertools import count
 from typing import Sequence
 
@@ -26,10 +27,28 @@ from grammars.bitmask import bit_is_set
 from grammars.errors import LimitExceeded, RollbackError, TokenRejected
 from grammars.runtime import ACCEPT, BoundedCache, GrammarRuntime, MatchState
 
-__all__ = ["Matcher"]
+__all__ = ["Matcher", "TokenCheck"]
 
 #: State after EOS: nothing more is allowed.
 _TERMINATED: MatchState = frozenset()
+
+_NO_TOKENS = np.empty(0, dtype=np.int64)
+_NO_TOKENS.setflags(write=False)
+
+
+@dataclass(frozen=True)
+class TokenCheck:
+    """What one check of a token proves (``Matcher.check``).
+
+    ``allowed``: the token may come next (``Matcher.allows``). ``rejected``: ids proven not
+    allowed by the same walk (the token among them when it is not allowed; empty when it is).
+    ``accepted``: ids proven allowed — tokens spelled as a prefix of the token's bytes that its
+    walk got through alive (the token itself when allowed).
+    """
+
+    allowed: bool
+    rejected: np.ndarray
+    accepted: np.ndarray
 
 
 class Matcher:
@@ -89,29 +108,39 @@ class Matcher:
         return bool(self._rt.consume(state, token))
 
     def rejection(self, token: int) -> np.ndarray | None:
-        """``None`` when ``token`` may come next; otherwise the ids of tokens rejected with it.
+        """``None`` when ``token`` may come next; otherwise the ids of tokens rejected with it
+        (``check(token).rejected``)."""
+        result = self.check(token)
+        return None if result.allowed else result.rejected
 
-        The same single check as ``allows``, which also says *where* the token fails: its walk
-        stops at the first byte that cannot follow, and there the state says which bytes can. So
-        every text token spelled with the same bytes up to that point and then any byte that
-        cannot follow is rejected too. AWRS removes the whole set at once: one check rules out
-        what would otherwise take a draw each. Special tokens and ids outside the vocabulary come
-        back alone.
+    def check(self, token: int) -> TokenCheck:
+        """``allows(token)``, plus what the same walk proves about other tokens.
+
+        A text token is allowed iff the walk of its bytes stays alive. A rejected walk stops at
+        the first byte that cannot follow, and each state it went through says which bytes could
+        follow there: every text token spelled with the same first ``d`` bytes and then a byte
+        that cannot follow after them is rejected too, for every ``d`` up to the failure point
+        (``d = 0``: every token whose first byte cannot start here). Every token spelled as a
+        prefix that the walk got through alive is allowed. AWRS removes the rejected set with
+        one draw and answers the accepted set without asking again. Special tokens and ids
+        outside the vocabulary come back alone.
         """
         state = self._history[-1]
         token = int(token)
+        alone = np.array([token], dtype=np.int64)
         if token in self._eos:
-            return None if ACCEPT in state else np.array([token], dtype=np.int64)
+            accepting = ACCEPT in state
+            return TokenCheck(accepting, _NO_TOKENS if accepting else alone, alone if accepting else _NO_TOKENS)
         if not (0 <= token < self._text_ok.shape[0]) or not self._text_ok[token] or not state:
-            return np.array([token], dtype=np.int64)
+            return TokenCheck(False, alone, _NO_TOKENS)
+        trie = self._rt.trie
         cached = self._rt.cached_mask(state)
-        if cached is not None and bit_is_set(cached, token):
-            return None
-        dead = self._rt.dead_end(state, token)
-        if dead is None:
-            return None
-        length, alive = dead
-        return self._rt.trie.tokens_continuing(token, length, ~self._rt.next_bytes(alive))
+        path = None if cached is not None and bit_is_set(cached, token) else self._rt.dead_end(state, token)
+        if path is None:
+            return TokenCheck(True, _NO_TOKENS, trie.tokens_on_path(token, len(self._rt.token_bytes[token])))
+        next_bytes = self._rt.next_bytes
+        rejected = np.concatenate([trie.tokens_continuing(token, d, ~next_bytes(s)) for d, s in enumerate(path)])
+        return TokenCheck(False, rejected, trie.tokens_on_path(token, len(path) - 1))
 
     def is_accepting(self) -> bool:
         """The text so far is a complete sentence: EOS is allowed now."""

@@ -166,19 +166,26 @@ class GrammarRuntime:
             return hit
         return self._walk_token(state, token)[0]
 
-    def dead_end(self, state: MatchState, token: int) -> tuple[int, MatchState] | None:
-        """``None`` when text token ``token`` may follow ``state``; otherwise ``(k, alive)``: its
-        first ``k`` bytes lead to the non-empty state ``alive`` and its next byte is dead there."""
+    def dead_end(self, state: MatchState, token: int) -> list[MatchState] | None:
+        """``None`` when text token ``token`` may follow ``state``; otherwise the states its walk
+        went through before the byte that is dead: ``path[d]`` after its first ``d`` bytes
+        (``path[0]`` is ``state``; the last one is where its next byte cannot follow)."""
         if self._consume_memo.get((state, token)):
             return None
-        end, length, alive = self._walk_token(state, token)
-        return None if end else (length, alive)
+        path: list[MatchState] = []
+        end, _, _ = self._walk_token(state, token, path)
+        return None if end else path
 
-    def _walk_token(self, state: MatchState, token: int) -> tuple[MatchState, int, MatchState]:
-        """(state after the token's bytes, bytes taken, last non-empty state), memoising the first."""
+    def _walk_token(
+        self, state: MatchState, token: int, path: list[MatchState] | None = None
+    ) -> tuple[MatchState, int, MatchState]:
+        """(state after the token's bytes, bytes taken, last non-empty state), memoising the first;
+        ``path`` collects the non-empty states the walk went through, ``state`` first."""
         cur = alive = state
         length = 0
         for byte in self.token_bytes[token]:
+            if path is not None:
+                path.append(alive)
             cur = self.step(alive, byte)
             if not cur:
                 break

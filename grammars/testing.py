@@ -48,7 +48,7 @@ class MatcherLaws:
         self.check_eos(allowed)
         self.check_rollback_restores(allowed)
         self.check_fork_independent(allowed)
-        self.check_rejection_sets(allowed)
+        self.check_token_checks(allowed)
         return allowed
 
     # --- individual laws ---------------------------------------------------------------------
@@ -73,16 +73,20 @@ class MatcherLaws:
                 f"try_advance={by_advance}"
             )
 
-    def check_rejection_sets(self, allowed: np.ndarray) -> None:
+    def check_token_checks(self, allowed: np.ndarray) -> None:
         for token in self._tokens_to_check(allowed):
-            rejected = self.matcher.rejection(token)
-            assert (rejected is None) == bool(allowed[token]), (
-                f"token {token} ({self._show(token)}): mask={allowed[token]} but rejection={rejected}"
-            )
-            if rejected is not None:
-                assert token in rejected, f"token {token} ({self._show(token)}) is missing from its rejected set"
-                wrong = rejected[allowed[rejected]].tolist()
-                assert not wrong, f"rejecting {token} ({self._show(token)}) also rejects allowed {wrong[:5]}"
+            result = self.matcher.check(token)
+            shown = f"token {token} ({self._show(token)})"
+            assert result.allowed == bool(allowed[token]), f"{shown}: mask={allowed[token]} but check={result}"
+            assert (self.matcher.rejection(token) is None) == result.allowed, f"{shown}: rejection disagrees with check"
+            if not result.allowed:
+                assert token in result.rejected, f"{shown} is missing from its rejected set"
+            else:
+                assert token in result.accepted, f"{shown} is allowed but missing from its accepted set"
+            wrong = result.rejected[allowed[result.rejected]].tolist()
+            assert not wrong, f"checking {shown} rejects allowed {wrong[:5]}"
+            wrong = result.accepted[~allowed[result.accepted]].tolist()
+            assert not wrong, f"checking {shown} accepts rejected {wrong[:5]}"
 
     def check_eos(self, allowed: np.ndarray) -> None:
         accepting = self.matcher.is_accepting()

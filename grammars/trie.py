@@ -123,6 +123,21 @@ class TokenTrie:
         hi = np.searchsorted(positions, pre_end[starts])
         return np.concatenate([ids[a:b] for a, b in zip(lo.tolist(), hi.tolist())] or [ids[:0]])
 
+    def tokens_on_path(self, token: int, length: int) -> np.ndarray:
+        """Ids of the text tokens spelled exactly as the first ``d`` bytes of ``token``'s, for
+        ``1 <= d <= length`` (``token`` itself when ``length`` is its whole length)."""
+        node = int(self.token_node[token])
+        if node >= self.n_nodes or not 0 <= length <= int(self.node_depth[node]):
+            raise ValueError(f"token {token} has no prefix of {length} bytes")
+        for _ in range(int(self.node_depth[node]) - length):
+            node = int(self.node_parent[node])
+        chunks = []
+        while node:
+            start = int(self.node_tok_start[node])
+            chunks.append(self.node_tokens[start : start + int(self.node_tok_count[node])])
+            node = int(self.node_parent[node])
+        return np.concatenate(chunks) if chunks else np.empty(0, dtype=np.int64)
+
     @property
     def n_nodes(self) -> int:
         return int(self.node_byte.shape[0])

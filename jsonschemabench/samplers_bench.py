@@ -545,9 +545,10 @@ def run_cost_model(vocab: TokenVocabulary, lm, schemas: int, max_tokens: int, se
         workloads += [(f"json.gbnf:{name}", lambda c: c.compile_gbnf(text), prompt) for name, _, prompt in held]
     for name, compile_fn, prompt in workloads:
         prompt_ids = vocab.encode(prompt)
-        kinds = ("awrs", "auto", "unweighted", "unpruned", "masked", "maskonly")
+        kinds = ("awrs", "auto", "recursive", "unweighted", "unpruned", "masked", "maskonly")
         compiled = {k: compile_fn(Compiler(vocab)) for k in kinds}
-        awrs, auto, unweighted = AWRS(), AWRS(estimator="auto"), AWRS(weight=False)
+        awrs, auto, recursive = AWRS(), AWRS(estimator="auto"), AWRS(estimator="recursive")
+        unweighted = AWRS(weight=False)
         unpruned, masked = AWRS(prune=False), MaskedSampler()
         timers = {k: _Timer() for k in kinds + ("model",)}
         words = allocate_token_bitmask(1, vocab.logits_width)
@@ -557,7 +558,8 @@ def run_cost_model(vocab: TokenVocabulary, lm, schemas: int, max_tokens: int, se
         for seed in range(seeds):
             gen = torch.Generator().manual_seed(seed)
             matchers = {k: g.matcher() for k, g in compiled.items()}
-            runs = {"awrs": awrs.start(), "auto": auto.start(), "unweighted": unweighted.start(),
+            runs = {"awrs": awrs.start(), "auto": auto.start(), "recursive": recursive.start(),
+                    "unweighted": unweighted.start(),
                     "unpruned": unpruned.start(), "masked": masked.start()}
             prefix: list[int] = []
             while len(prefix) < max_tokens and not matchers["awrs"].is_terminated():
@@ -582,11 +584,13 @@ def run_cost_model(vocab: TokenVocabulary, lm, schemas: int, max_tokens: int, se
                "awrs_fallbacks": awrs.stats.mask_fallbacks / n, "masked_checks": vocab.logits_width,
                "awrs_unpruned_checks": timers["unpruned"].checks / n,
                "awrs_auto_checks": timers["auto"].checks / n,
+               "awrs_recursive_checks": timers["recursive"].checks / n,
                "awrs_unweighted_checks": timers["unweighted"].checks / n,
                "awrs_unpruned_fallbacks": unpruned.stats.mask_fallbacks / n,
                "allowed_mass_mean": statistics.fmean(allowed_mass) if allowed_mass else float("nan"),
                "allowed_mass_median": statistics.median(allowed_mass) if allowed_mass else float("nan")}
-        for k, label in (("awrs", "awrs"), ("auto", "awrs_auto"), ("unweighted", "awrs_unweighted"),
+        for k, label in (("awrs", "awrs"), ("auto", "awrs_auto"), ("recursive", "awrs_recursive"),
+                         ("unweighted", "awrs_unweighted"),
                          ("unpruned", "awrs_unpruned"), ("masked", "masked"),
                          ("maskonly", "mask_only"), ("model", "model")):
             row[f"{label}_ms"], row[f"{label}_ms_median"] = timers[k].ms()
@@ -677,19 +681,19 @@ def render_markdown(quality: list[dict], cost: list[dict], meta: dict) -> str:
 def _model_cost_lines(rows: list[dict], meta: dict) -> list[str]:
     lines = [f"## Part 2 — AWRS vs full masking with {meta.get('model', 'the model')}", "",
              "The model writes JSON for held-out MaskBench schemas (prompted with the schema, temperature 1); "
-             "AWRS drives; AWRS with `estimator=\"auto\"`, without its weight estimate (`weight=False`), without "
+             "AWRS drives; AWRS with `estimator=\"auto\"`, with `estimator=\"recursive\"`, without its weight estimate (`weight=False`), without "
              "pruning (`prune=False`), masked sampling and the mask alone are timed on the same states. Per token: `allows` checks (mean / median; masking decides every token), full-mask "
              "fallbacks, times in ms (mean / median). *Allowed mass*: the model's probability on grammar-allowed "
              "tokens (mean / median over steps); AWRS's checks grow as it falls.", "",
              "| constraint:schema | tokens | finished | allowed mass | AWRS checks | AWRS fallbacks | auto checks "
-             "| unweighted checks | unpruned checks | unpruned fallbacks | AWRS ms | mask+renorm ms | masked draw ms "
+             "| recursive checks | unweighted checks | unpruned checks | unpruned fallbacks | AWRS ms | mask+renorm ms | masked draw ms "
              "| model forward ms |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r['workload']} | {r['tokens']} | {r['finished']}/{r['sequences']} | "
             f"{r['allowed_mass_mean']:.3f} / {r['allowed_mass_median']:.3f} | {r['awrs_checks']:.2f} / {r['awrs_checks_median']:.0f} | {r['awrs_fallbacks']:.3f} | "
-            f"{r['awrs_auto_checks']:.2f} | {r['awrs_unweighted_checks']:.2f} | {r['awrs_unpruned_checks']:.2f} | {r['awrs_unpruned_fallbacks']:.3f} | {r['awrs_ms']:.2f} / {r['awrs_ms_median']:.2f} | "
+            f"{r['awrs_auto_checks']:.2f} | {r['awrs_recursive_checks']:.2f} | {r['awrs_unweighted_checks']:.2f} | {r['awrs_unpruned_checks']:.2f} | {r['awrs_unpruned_fallbacks']:.3f} | {r['awrs_ms']:.2f} / {r['awrs_ms_median']:.2f} | "
             f"{r['mask_only_ms']:.2f} / {r['mask_only_ms_median']:.2f} | "
             f"{r['masked_ms']:.2f} / {r['masked_ms_median']:.2f} | {r['model_ms']:.2f} / {r['model_ms_median']:.2f} |")
     lines.append("")
@@ -697,11 +701,12 @@ def _model_cost_lines(rows: list[dict], meta: dict) -> list[str]:
         group = [r for r in rows if r["workload"].split(":", 1)[0] == kind]
         tokens = sum(r["tokens"] for r in group)
         per_token = {k: sum(r[k] * r["tokens"] for r in group) / max(1, tokens)
-                     for k in ("awrs_checks", "awrs_auto_checks", "awrs_unweighted_checks", "awrs_unpruned_checks", "awrs_ms", "masked_ms", "mask_only_ms",
+                     for k in ("awrs_checks", "awrs_auto_checks", "awrs_recursive_checks", "awrs_unweighted_checks", "awrs_unpruned_checks", "awrs_ms", "masked_ms", "mask_only_ms",
                                "model_ms", "allowed_mass_mean")}
         lines.append(f"- **{kind}**, {len(group)} prompts, {tokens} tokens: allowed mass {per_token['allowed_mass_mean']:.3f}, "
                      f"AWRS {per_token['awrs_checks']:.2f} checks per token (target ≤ 3; "
                      f"{per_token['awrs_auto_checks']:.2f} with estimator=auto, "
+                     f"{per_token['awrs_recursive_checks']:.2f} with estimator=recursive, "
                      f"{per_token['awrs_unweighted_checks']:.2f} without the weight estimate, "
                      f"{per_token['awrs_unpruned_checks']:.2f} without pruning), {per_token['awrs_ms']:.2f} ms "
                      f"per draw against {per_token['masked_ms']:.2f} ms for masked sampling "

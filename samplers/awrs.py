@@ -44,8 +44,20 @@ rejections, second acceptance after all ``n``" has probability
 which is 1. Hence ``E[Ẑ·1(X=x)] = p(x)``. (The same argument shows why adding further traces with
 this formula is biased: the sum over ``j`` no longer telescopes.)
 
+``redraw`` (our addition: Russian roulette on the recursive estimator's check). Let ``x`` be the
+first acceptance and ``M`` the mass not rejected. Draw once more from the same tokens, ``x``
+included: re-drawing ``x`` costs no check and gives ``Ẑ = p(x)``; another token ``y`` is checked
+and gives ``Ẑ = p(x) + M·accept(y)``. Proper weighting: an estimator with ``E[Ẑ | history, X = x]
+= Z`` for every history of rejections is properly weighted, because ARS ends at ``x`` with
+probability ``p(x)/Z`` in total, so ``E[Ẑ·1(X = x)] = Z·p(x)/Z``. Here ``y ≠ x`` with probability
+``(M − p(x))/M`` and is then accepted with probability ``(Z − p(x))/(M − p(x))``, so
+``E[Ẑ | history, x] = p(x) + M·(Z − p(x))/M = Z``. It costs ``1 − p(x)/M`` checks on average
+instead of the recursive estimator's one — little exactly when the model is sure of the token it
+drew — and the weights stay bounded and positive (``p(x) <= Ẑ <= p(x) + M <= 2M``); the price is
+a larger variance when ``x`` holds most of ``M``, where ``Z`` is known to within ``M − p(x)`` anyway.
+
 Budget (``max_rejects=K`` with an ``allowed`` callback giving the full mask; our addition, with
-proof). *recursive*: after ``K`` rejections before any acceptance, compute the mask, return
+proof). *recursive* and *redraw*: after ``K`` rejections before any acceptance, compute the mask, return
 ``Ẑ = Z`` exactly and ``x ~ p·accept/Z`` — the recursion above accepts any properly weighted
 estimator of the remaining mass, and the exact one is. *two_trace*: stop when the *total* number
 of rejections reaches ``K``. If that happens in trace 0, return the exact ``Z`` and an exact sample
@@ -56,18 +68,21 @@ contribute ``π(r)·p(x)·(α + Kβ)``; any ``α + Kβ = 1`` restores unbiasedne
 check both budgets with ``K = 1, 2``.
 
 Pruning (``rejected_with``; our addition). A check says more than "no": a grammar rejects a text
-token at the first byte its walk cannot take, and the state reached just before says which bytes
-could follow there; every token spelled with the same bytes up to that point and then a byte that
-cannot follow is rejected as well (``Matcher.rejection``). Removing those tokens with the rejected draw
-costs no check, and both estimators stay properly weighted: the recursion for *recursive* needs
-only that removed tokens are rejected and that each draw comes from ``p`` restricted to what is
-left, and in the *two_trace* sum ``ψ_k`` becomes the mass of everything removed after ``k``
-rejected draws (``n`` still counts draws) — each factor ``p(r_k)/(1−ψ_{k−1})`` and the telescoping
-over ``j`` are unchanged. When the model's favourite spelling is wrong (a property name it does not
-copy), one check removes every token that starts wrong at the same point instead of one draw each:
-on MaskBench schemas with the tiny model, 3.5 checks per token instead of 34 (BENCHMARKS.md §4a).
+token at the first byte its walk cannot take, and each state the walk went through says which
+bytes could follow there; every token spelled with the same first ``d`` bytes and then a byte
+that cannot follow is rejected as well, for each ``d`` up to the failure point
+(``Matcher.check``). Removing those tokens with the rejected draw costs no check, and every
+estimator stays properly weighted: the recursion for *recursive* and *redraw* needs only that
+removed tokens are rejected and that each draw comes from ``p`` restricted to what is left, and
+in the *two_trace* sum ``ψ_k`` becomes the mass of everything removed after ``k`` rejected draws
+(``n`` still counts draws) — each factor ``p(r_k)/(1−ψ_{k−1})`` and the telescoping over ``j``
+are unchanged. When the model's favourite spelling is wrong (a property name it does not copy),
+one check removes every token that goes wrong along the same walk instead of one draw each: on
+MaskBench schemas with the tiny model, ~3 checks per token instead of 31–39 (BENCHMARKS.md §4a).
 
-Default: *recursive* — its weights are bounded (``p(x) <= Ẑ <= M``) and its budget is exact. The
+Default: *redraw* — its weights are bounded and positive (``p(x) <= Ẑ <= p(x) + M``; *recursive*:
+``<= M``) and its budget exact, as *recursive*'s, and it needs fewer checks: on MaskBench schemas with the tiny model 2.3–2.5
+per token against 2.9–3.0 (BENCHMARKS.md §4a). The
 *two_trace* weights are heavy-tailed when the valid mass is small (values ~``1/n`` with probability
 ~``Z²``), more so under a budget, and gave visibly noisier SMC posteriors in our tests.
 ``estimator="auto"`` uses *two_trace* when the largest probability is at least 2/3 and
@@ -75,6 +90,10 @@ Default: *recursive* — its weights are bounded (``p(x) <= Ẑ <= M``) and its 
 acceptances of a token of probability ``p`` makes ``1 + 2(1−p)/p`` draws on average, below the 2
 checks that *recursive* always makes once ``p > 2/3``; here trace 1 re-draws the already accepted
 top token for free). The choice depends only on ``p``, so the mixture stays properly weighted.
+
+Checks a matcher answers from memory are free: ``MatcherChecks`` keeps the tokens a check proved
+allowed (the token's byte-prefixes its walk got through alive, ``Matcher.check``) and answers
+them without asking again — the same ``accept`` values, so nothing above changes.
 
 The algorithm functions take log-probabilities, an ``accept(token) -> bool`` callback and a
 ``torch.Generator``; ``AWRS`` adapts them to the ``TokenSampler`` contract with
@@ -114,7 +133,8 @@ __all__ = [
     "PEAKED_THRESHOLD",
 ]
 
-Estimator = Literal["auto", "recursive", "two_trace"]
+Estimator = Literal["auto", "recursive", "redraw", "two_trace"]
+ESTIMATORS: tuple[str, ...] = ("auto", "recursive", "redraw", "two_trace")
 
 #: ``estimator="auto"`` uses ``two_trace`` when the top probability is at least this (see module doc).
 PEAKED_THRESHOLD = 2.0 / 3.0
@@ -219,13 +239,15 @@ class _Urn:
     def remove_many(self, tokens: np.ndarray) -> None:
         """Remove a set of tokens: a few become gaps, more are zeroed and the sum is rebuilt."""
         tokens = np.asarray(tokens, dtype=np.int64)
-        tokens = tokens[(tokens >= 0) & (tokens < self._removed.shape[0])]
-        tokens = tokens[~self._removed[tokens]]
-        if tokens.shape[0] <= _FEW_REMOVALS:
-            for token in tokens.tolist():
-                self.remove(token)
-            return
-        self._removed[tokens] = True
+        if tokens.shape[0] and (tokens.min() < 0 or tokens.max() >= self._removed.shape[0]):
+            tokens = tokens[(tokens >= 0) & (tokens < self._removed.shape[0])]
+        if tokens.shape[0] <= 8 * _FEW_REMOVALS:  # small sets: look at what is new
+            fresh = tokens[~self._removed[tokens]]
+            if fresh.shape[0] <= _FEW_REMOVALS:
+                for token in fresh.tolist():
+                    self.remove(token)
+                return
+        self._removed[tokens] = True  # (marking removed ones again is harmless)
         self._wn[tokens] = 0.0
         self._build()
 
@@ -323,6 +345,22 @@ def _recursive(urn: _Urn, shift: float, accept, max_rejects, allowed, rejected_w
     return AWRSResult(token, log_or_neg_inf(estimate) + shift, checks, first.rejects)
 
 
+def _redraw(urn: _Urn, shift: float, accept, max_rejects, allowed, rejected_with) -> AWRSResult:
+    first = _first_acceptance(urn, shift, accept, max_rejects, allowed, rejected_with)
+    if first.token is None or first.used_mask:
+        return first
+    token, checks = first.token, first.checks
+    remaining = urn.mass()  # M: mass not rejected, the accepted token included
+    p_token = urn.weight(token)
+    estimate = p_token
+    other = urn.draw()  # `token` stays in the urn: re-drawing it costs no check
+    if other is not None and other != token:
+        checks += 1
+        if accept(other):
+            estimate = p_token + remaining
+    return AWRSResult(token, log_or_neg_inf(estimate) + shift, checks, first.rejects)
+
+
 def _two_trace(urn: _Urn, shift: float, accept, max_rejects, allowed, rejected_with) -> AWRSResult:
     first = _first_acceptance(urn, shift, accept, max_rejects, allowed, rejected_with)
     if first.token is None or first.used_mask:
@@ -343,15 +381,19 @@ def _two_trace(urn: _Urn, shift: float, accept, max_rejects, allowed, rejected_w
     return AWRSResult(token, log_or_neg_inf(not_rejected / (rejects + 1)) + shift, checks, rejects)
 
 
-_ALGORITHMS = {"recursive": _recursive, "two_trace": _two_trace}
+def _unknown_estimator(estimator) -> str:
+    return f"unknown AWRS estimator {estimator!r}; use one of {', '.join(map(repr, ESTIMATORS))}"
+
+
+_ALGORITHMS = {"recursive": _recursive, "redraw": _redraw, "two_trace": _two_trace}
 
 
 def _run(logps, accept, generator, estimator, max_rejects, allowed, rejected_with, weight=True) -> AWRSResult:
     if max_rejects is not None and max_rejects < 1:
         raise ValueError(f"max_rejects must be >= 1 or None, got {max_rejects}")
-    algorithm = _ALGORITHMS.get(estimator) if estimator != "auto" else _recursive
-    if algorithm is None:
-        raise ValueError(f"unknown AWRS estimator {estimator!r}; use 'auto', 'recursive' or 'two_trace'")
+    if estimator not in ESTIMATORS:
+        raise ValueError(_unknown_estimator(estimator))
+    algorithm = _ALGORITHMS.get(estimator, _recursive)
     urn, shift = _Urn.from_logps(logps, generator)
     total = urn.mass()
     if not weight:  # the draw alone: ARS, no estimate
@@ -407,13 +449,13 @@ def awrs(
     accept: Callable[[int], bool],
     generator: torch.Generator | None = None,
     *,
-    estimator: Estimator = "recursive",
+    estimator: Estimator = "redraw",
     max_rejects: int | None = None,
     allowed: Callable[[], torch.Tensor] | None = None,
     rejected_with: Callable[[int], np.ndarray | None] | None = None,
     weight: bool = True,
 ) -> AWRSResult:
-    """AWRS with the chosen estimator: ``"recursive"`` (default), ``"two_trace"`` or ``"auto"``
+    """AWRS with the chosen estimator: ``"redraw"`` (default), ``"recursive"``, ``"two_trace"`` or ``"auto"``
     (``two_trace`` when ``max p >= 2/3``, else ``recursive``).
 
     ``weight=False``: the draw alone (same distribution), ``log_weight`` ``nan``: no check is
@@ -434,27 +476,35 @@ def _mask_fn(matcher, width: int) -> Callable[[], np.ndarray]:
 class MatcherChecks:
     """``accept`` and ``rejected_with`` callbacks over one matcher state, counting the checks.
 
-    With ``prune``, each check is ``Matcher.rejection`` and a rejection's whole set is handed to
-    AWRS through ``rejected_with``; without it, each check is ``Matcher.allows``.
+    With ``prune``, each check is ``Matcher.check``: a rejection's whole set is handed to AWRS
+    through ``rejected_with``, and the tokens a check proved allowed are answered from memory
+    afterwards, without a check. Without it (or for a matcher with ``allows`` only), each check
+    is ``Matcher.allows``.
     """
 
     matcher: object
     prune: bool = True
     count: int = 0
     _last: dict = field(default_factory=dict)
+    _known_allowed: set = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        self.prune = self.prune and hasattr(self.matcher, "rejection")  # a backend with ``allows`` only
+        self.prune = self.prune and hasattr(self.matcher, "check")  # a backend with ``allows`` only
 
     def accept(self, token: int) -> bool:
+        if token in self._known_allowed:
+            return True
         self.count += 1
         if not self.prune:
             return self.matcher.allows(token)
-        rejected = self.matcher.rejection(token)
+        result = self.matcher.check(token)
         self._last.clear()
-        if rejected is not None:
-            self._last[token] = rejected
-        return rejected is None
+        if result.allowed:
+            self._known_allowed.add(token)
+        else:
+            self._last[token] = result.rejected
+        self._known_allowed.update(result.accepted.tolist())
+        return result.allowed
 
     @property
     def rejected_with(self) -> Callable[[int], np.ndarray | None] | None:
@@ -520,11 +570,12 @@ class AWRS:
     unbiased estimate of the allowed probability mass (the SMC incremental weight), ``Draw.checks``
     the number of ``matcher.allows`` calls (the full-mask fallback is counted in ``stats``).
 
-    ``estimator``: ``"recursive"`` (default), ``"two_trace"`` or ``"auto"``. ``max_rejects``: after that
+    ``estimator``: ``"redraw"`` (default), ``"recursive"``, ``"two_trace"`` or ``"auto"``. ``max_rejects``: after that
     many rejections the full mask is computed and the rest is exact (``None``: never). ``prune``:
-    a rejection also removes every token that fails at the same point for the same reason
-    (``Matcher.rejection``; exact, see the module docstring); ``False`` asks ``allows`` only.
-    ``weight=False``: draws only, ``Draw.log_weight`` is ``nan`` — one check fewer per token
+    a rejection also removes every token that fails along the same walk, and tokens a check
+    proved allowed are not asked again (``Matcher.check``; exact, see the module docstring);
+    ``False`` asks ``allows`` only.
+    ``weight=False``: draws only, ``Draw.log_weight`` is ``nan`` — up to one check fewer per token
     (the estimate's extra draw) for users who sample and never reweight; SMC needs the weights.
     EOS is a token like the others: ``allows(eos)`` holds iff the matcher is accepting. When no
     allowed token has positive probability the draw falls back to masked sampling with
@@ -532,15 +583,15 @@ class AWRS:
     """
 
     params: SamplingParams = field(default_factory=SamplingParams)
-    estimator: Estimator = "recursive"
+    estimator: Estimator = "redraw"
     max_rejects: int | None = 64
     prune: bool = True
     weight: bool = True
     stats: AWRSStats = field(default_factory=AWRSStats, compare=False)
 
     def __post_init__(self) -> None:
-        if self.estimator not in ("auto", "recursive", "two_trace"):
-            raise ValueError(f"unknown AWRS estimator {self.estimator!r}; use 'auto', 'recursive' or 'two_trace'")
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(_unknown_estimator(self.estimator))
         if self.max_rejects is not None and self.max_rejects < 1:
             raise ValueError(f"max_rejects must be >= 1 or None, got {self.max_rejects}")
 

@@ -170,7 +170,7 @@ class SMC:
     ess_threshold: float = 0.5
     resampling: Literal["multinomial", "systematic"] = "multinomial"
     params: SamplingParams = field(default_factory=SamplingParams)
-    estimator: Estimator = "recursive"
+    estimator: Estimator = "redraw"
     max_rejects: int | None = 64
     prune: bool = True
 

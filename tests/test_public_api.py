@@ -27,6 +27,7 @@ EXPECTED: dict[str, frozenset[str]] = {
             "Compiler",
             "CompiledGrammar",
             "Matcher",
+            "TokenCheck",
             "TokenDFA",
             "Limits",
             "allocate_token_bitmask",

@@ -40,7 +40,15 @@ pytestmark = pytest.mark.statistical
 
 P_MIN = 1e-4
 Z_MAX = 5.0
-ESTIMATORS = [("recursive", None), ("two_trace", None), ("recursive", 1), ("two_trace", 1), ("two_trace", 2)]
+ESTIMATORS = [
+    ("recursive", None),
+    ("redraw", None),
+    ("two_trace", None),
+    ("recursive", 1),
+    ("redraw", 1),
+    ("two_trace", 1),
+    ("two_trace", 2),
+]
 #: Monte Carlo cases: few examples (each makes 1,500 draws), seeded and reproducible
 MONTE_CARLO = settings(
     max_examples=4,
@@ -238,6 +246,9 @@ def exact_expectations(p, accepted, estimator, max_rejects, groups=None):
                     out[t] += prob * q * rest
                 for y, qy in tail:
                     out[t] += prob * q * qy * (rest if y in accepted else p[t])
+            elif estimator == "redraw":  # one more draw, t included; Ẑ = p(t) [+ M if another accepted]
+                for y, qy in options:
+                    out[t] += prob * q * qy * (p[t] + (rest if y != t and y in accepted else 0.0))
             else:
                 trace1(rejected, n, t, rest, prob * q)
 
@@ -266,7 +277,7 @@ def small_cases(draw):
     return [w / total for w in weights], frozenset(accepted), max_rejects, groups
 
 
-@pytest.mark.parametrize("estimator", ["recursive", "two_trace"])
+@pytest.mark.parametrize("estimator", ["recursive", "redraw", "two_trace"])
 @settings(max_examples=40, derandomize=True, deadline=None, phases=[Phase.explicit, Phase.generate])
 @given(case=small_cases())
 # pinned: the rare-valid-token case whose heavy tail defeats a Monte Carlo z-test (Z ≈ 0.008)
