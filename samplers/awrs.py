@@ -105,6 +105,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Hashable, Literal
 
 import numpy as np
@@ -328,37 +329,30 @@ def _first_acceptance(urn: _Urn, shift: float, accept, max_rejects, allowed, rej
         _reject(urn, token, rejected_with)
 
 
-def _recursive(urn: _Urn, shift: float, accept, max_rejects, allowed, rejected_with) -> AWRSResult:
+def _one_more_draw(urn: _Urn, shift: float, accept, max_rejects, allowed, rejected_with, *, redraw: bool) -> AWRSResult:
+    """ARS, then one more draw for the weight: *recursive* (``redraw=False``: from the tokens not
+    rejected, the accepted one removed; ``Ẑ = M`` or ``p(x)``) or *redraw* (the accepted one
+    kept, re-drawing it costs no check; ``Ẑ = p(x) + M`` or ``p(x)``). See the module docstring."""
     first = _first_acceptance(urn, shift, accept, max_rejects, allowed, rejected_with)
     if first.token is None or first.used_mask:
         return first
     token, checks = first.token, first.checks
     remaining = urn.mass()  # M: mass not rejected, the accepted token included
     p_token = urn.weight(token)
-    urn.remove(token)
+    if not redraw:
+        urn.remove(token)
     other = urn.draw()
-    if other is None:
-        estimate = remaining
+    if other is None or other == token:  # (None: nothing else left, so M = p(x))
+        estimate = p_token if redraw else remaining
     else:
         checks += 1
-        estimate = remaining if accept(other) else p_token
+        accepted = accept(other)
+        estimate = (p_token + remaining if accepted else p_token) if redraw else (remaining if accepted else p_token)
     return AWRSResult(token, log_or_neg_inf(estimate) + shift, checks, first.rejects)
 
 
-def _redraw(urn: _Urn, shift: float, accept, max_rejects, allowed, rejected_with) -> AWRSResult:
-    first = _first_acceptance(urn, shift, accept, max_rejects, allowed, rejected_with)
-    if first.token is None or first.used_mask:
-        return first
-    token, checks = first.token, first.checks
-    remaining = urn.mass()  # M: mass not rejected, the accepted token included
-    p_token = urn.weight(token)
-    estimate = p_token
-    other = urn.draw()  # `token` stays in the urn: re-drawing it costs no check
-    if other is not None and other != token:
-        checks += 1
-        if accept(other):
-            estimate = p_token + remaining
-    return AWRSResult(token, log_or_neg_inf(estimate) + shift, checks, first.rejects)
+_recursive = partial(_one_more_draw, redraw=False)
+_redraw = partial(_one_more_draw, redraw=True)
 
 
 def _two_trace(urn: _Urn, shift: float, accept, max_rejects, allowed, rejected_with) -> AWRSResult:
