@@ -262,6 +262,10 @@ class SchemaCompiler:
         self._rule_of: dict[frozenset, str] = {}
         self._inline: dict[frozenset, Expr] = {}
         self._building: dict[frozenset, str | None] = {}
+        self._in_progress: set[str] = set()  # rules whose body is being built
+        #: references met to a rule still being built (recursion); objects.object_expr compares
+        #: the count before and after its members to learn whether its subtree recurses
+        self.back_references = 0
         self._validators: dict[str, Any] = {}
         self._names: set[str] = set()
         self._relaxed: list[Relaxation] = []
@@ -359,6 +363,7 @@ class SchemaCompiler:
         key = frozenset(seen)
         name = self._rule_of.get(key)
         if name is not None:
+            self.back_references += name in self._in_progress
             return Ref(name)
         if key in self._inline:  # asked for twice: share it as a rule
             name = self._fresh(_rule_hint(resolved))
@@ -366,6 +371,7 @@ class SchemaCompiler:
             self._rule_of[key] = name
             return Ref(name)
         if key in self._building:  # recursion through merged $refs: this conjunction needs a rule
+            self.back_references += 1
             name = self._building[key] or self._fresh(_rule_hint(resolved))
             self._building[key] = name
             return Ref(name)
@@ -373,7 +379,11 @@ class SchemaCompiler:
             name = self._fresh(_rule_hint(resolved))
             self._rule_of[key] = name
             self.rules[name] = NOTHING  # placeholder while building (recursion sees the Ref)
-            self.rules[name] = self._build(resolved)
+            self._in_progress.add(name)
+            try:
+                self.rules[name] = self._build(resolved)
+            finally:
+                self._in_progress.discard(name)
             return Ref(name)
         self._building[key] = None
         try:

@@ -144,6 +144,7 @@ class Member:
 
 def object_expr(c: "SchemaCompiler", conj: "Conjunction", *, sole: bool = True) -> Expr:
     """The object branch of a leaf conjunction (``sole``: the value's only leaf)."""
+    back_references = c.back_references
     rules: ObjectRules = conj.objects
     lay = c.layout
     names: dict[str, None] = {}
@@ -181,7 +182,8 @@ def object_expr(c: "SchemaCompiler", conj: "Conjunction", *, sole: bool = True) 
                       f"minProperties {low} needs {low - len(members)} distinct undeclared keys; a grammar "
                       "cannot exclude duplicate keys")
         low = 0
-    body = object_body(c, members, extra, low, high, hint=rules.where, repeat=sole)
+    recursive = c.back_references > back_references  # a member's value leads back to an enclosing rule
+    body = object_body(c, members, extra, low, high, hint=rules.where, repeat=sole or not recursive)
     return lay.object(body)
 
 
@@ -250,9 +252,9 @@ def object_body(
     """Members in the configured order, ``low..high`` of them in all, then ``ws`` (or nothing).
 
     ``repeat``: a large any-order object may use the repeating layout. Not for one of several
-    leaves of a value (``dependencies``, ``anyOf`` expanded): those layouts would all stay alive
-    to the object's end, key order no longer telling them apart, and under recursion the live
-    parses multiply with the depth."""
+    leaves of a value (``dependencies``, ``anyOf`` expanded) whose members lead back to an
+    enclosing rule: the leaves' layouts all stay alive to the object's end, key order no longer
+    telling them apart, and through the recursion the live parses multiply with the depth."""
     order = c.options.property_order
     if order == "any" and len(members) > 1:
         automaton = _Automaton(c, members, extra, low, high, hint)

@@ -286,6 +286,23 @@ def test_large_any_order_objects_repeat_members_but_stay_exact(checker):
     assert checker.accepts(optional_only, text([("p11", 1), ("x", '"y"'), ("p0", 2)]), property_order="any")
 
 
+def test_repeating_layout_is_kept_off_ambiguous_recursive_leaves(checker):
+    """``dependentRequired`` splits an object into leaves that stay alive together until the object
+    ends; when its members also lead back to the object (recursion), the live parses would
+    multiply with the depth, so those leaves keep schema order (narrowed). Without recursion
+    the leaves repeat members freely."""
+    props = {f"p{i}": {"type": "integer"} for i in range(10)}
+    flat = {"type": "object", "properties": props, "dependentRequired": {"p0": ["p1"]}}
+    report = analyze_json_schema(load_schema(flat), JsonSchemaOptions(property_order="any"))
+    assert not report.narrowed
+    assert checker.accepts(flat, '{"p1":1,"p0":0}', property_order="any")
+    assert not checker.accepts(flat, '{"p2":1,"p0":0}', property_order="any")  # p0 needs p1
+    recursive = {"type": "object", "properties": {**props, "child": {"$ref": "#"}}, "dependentRequired": {"p0": ["p1"]}}
+    report = analyze_json_schema(load_schema(recursive), JsonSchemaOptions(property_order="any"))
+    assert any("any_order_limit" in note for note in report.narrowed)
+    assert checker.accepts(recursive, '{"p0":0,"p1":1,"child":{"p3":3}}', property_order="any")
+
+
 def test_duplicate_declared_keys_are_rejected(checker):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     assert not checker.accepts(schema, '{"a":1,"a":2}', property_order="any")
