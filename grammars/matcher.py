@@ -139,7 +139,8 @@ class Matcher:
         if path is None:
             return TokenCheck(True, _NO_TOKENS, trie.tokens_on_path(token, len(self._rt.token_bytes[token])))
         next_bytes = self._rt.next_bytes
-        rejected = np.concatenate([trie.tokens_continuing(token, d, ~next_bytes(s)) for d, s in enumerate(path)])
+        deeper = [trie.tokens_continuing(token, d, ~next_bytes(s)) for d, s in enumerate(path) if d]
+        rejected = np.concatenate([self._rt.dead_start(state), *deeper])
         return TokenCheck(False, rejected, trie.tokens_on_path(token, len(path) - 1))
 
     def is_accepting(self) -> bool:

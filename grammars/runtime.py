@@ -104,6 +104,7 @@ class GrammarRuntime:
         self._mask_memo = BoundedCache(min(cap, 4096))  # 16 KB a mask at 128k tokens
         self._projected_memo = BoundedCache(min(cap, 4096))
         self._boundary_memo = BoundedCache(min(cap, 4096))
+        self._dead_start_memo = BoundedCache(min(cap, 1024))
         root_configs = set(self._fresh(self.parser.root))
         if cfg.start_nullable:
             root_configs.add(ACCEPT)
@@ -193,6 +194,16 @@ class GrammarRuntime:
             length += 1
         self._consume_memo.put((state, token), cur)
         return cur, length, alive
+
+    def dead_start(self, state: MatchState) -> np.ndarray:
+        """Ids of the text tokens whose first byte cannot follow ``state`` (read-only, memoised:
+        every rejection at a state rules these out, see ``Matcher.check``)."""
+        hit = self._dead_start_memo.get(state)
+        if hit is None:
+            hit = self.trie.tokens_continuing_root(~self.next_bytes(state))
+            hit.setflags(write=False)
+            self._dead_start_memo.put(state, hit)
+        return hit
 
     def next_bytes(self, state: MatchState) -> np.ndarray:
         """bool[256]: the bytes after which ``state`` is still alive (``step`` is non-empty)."""

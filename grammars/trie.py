@@ -114,6 +114,13 @@ class TokenTrie:
             raise ValueError(f"token {token} has no byte after a prefix of {length} bytes")
         for _ in range(int(self.node_depth[node]) - length):
             node = int(self.node_parent[node])
+        return self._subtrees_below(node, next_bytes)
+
+    def tokens_continuing_root(self, next_bytes: np.ndarray) -> np.ndarray:
+        """Ids of the text tokens whose first byte ``b`` has ``next_bytes[b]``."""
+        return self._subtrees_below(0, next_bytes)
+
+    def _subtrees_below(self, node: int, next_bytes: np.ndarray) -> np.ndarray:
         first = int(self.child_start[node])
         children = np.arange(first, first + int(self.child_count[node]))
         children = children[next_bytes[self.node_byte[children]]]

@@ -242,14 +242,13 @@ class _Urn:
         tokens = np.asarray(tokens, dtype=np.int64)
         if tokens.shape[0] and (tokens.min() < 0 or tokens.max() >= self._removed.shape[0]):
             tokens = tokens[(tokens >= 0) & (tokens < self._removed.shape[0])]
-        if tokens.shape[0] <= 8 * _FEW_REMOVALS:  # small sets: look at what is new
-            fresh = tokens[~self._removed[tokens]]
-            if fresh.shape[0] <= _FEW_REMOVALS:
-                for token in fresh.tolist():
-                    self.remove(token)
-                return
-        self._removed[tokens] = True  # (marking removed ones again is harmless)
-        self._wn[tokens] = 0.0
+        fresh = tokens[~self._removed[tokens]]  # a set met again (the tokens no byte can start) is free
+        if fresh.shape[0] <= _FEW_REMOVALS:
+            for token in fresh.tolist():
+                self.remove(token)
+            return
+        self._removed[fresh] = True
+        self._wn[fresh] = 0.0
         self._build()
 
     def _uniform(self) -> float:
