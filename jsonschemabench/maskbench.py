@@ -594,32 +594,47 @@ def run_maskbench(
     progress: bool = True,
     meta: dict | None = None,
     corral_options: dict | None = None,
+    resume: bool = False,
 ) -> dict:
     """Run every file on every engine; write results.jsonl, summary.json, summary.md and the plot.
 
+    ``resume``: keep the rows an earlier, interrupted run of the same command left in
+    ``out_dir/results.jsonl`` (a line cut off mid-write is dropped) and run only the (file,
+    engine) pairs without one; engine versions come from ``engines.json`` beside it.
     Returns the summary (``report.summarize_maskbench``) with ``meta`` attached.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     results_path = out_dir / "results.jsonl"
+    info_path = out_dir / "engines.json"
     payloads = [{"path": str(path), "corral_options": corral_options or {}} for path in files]
     tasks = [Task((Path(p["path"]).name, engine), engine, "jsonschemabench.maskbench:run_case", p)
              for p in payloads for engine in engines]
+    kept = _earlier_rows(results_path, {t.key for t in tasks}) if resume else []
+    engine_info: dict[str, dict] = json.loads(info_path.read_text(encoding="utf-8")) if resume and info_path.exists() else {}
+    done = {(row["file"], row["engine"]) for row in kept}
+    tasks = [t for t in tasks if t.key not in done]
     records: list[dict] = []
-    engine_info: dict[str, dict] = {}
 
     with results_path.open("w", encoding="utf-8") as sink:
-        def on_row(task: Task, record: dict, info: dict | None) -> dict:
-            file_name, engine = task.key
-            if info is not None:
-                engine_info.setdefault(engine, info)
-            row = {"file": file_name, "split": split_of(file_name), "engine": engine, **record}
-            row.setdefault("error", None)
+        def keep(row: dict) -> dict:
             sink.write(json.dumps(row, ensure_ascii=False) + "\n")
             sink.flush()
             if "tbm_us" in row:  # 8 bytes a sample in memory; a full run holds millions
                 row["tbm_us"] = np.asarray(row["tbm_us"], dtype=np.float64)
             records.append(row)
             return row
+
+        def on_row(task: Task, record: dict, info: dict | None) -> dict:
+            file_name, engine = task.key
+            if info is not None and engine not in engine_info:
+                engine_info[engine] = info
+                info_path.write_text(json.dumps(engine_info, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            row = {"file": file_name, "split": split_of(file_name), "engine": engine, **record}
+            row.setdefault("error", None)
+            return keep(row)
+
+        for row in kept:
+            keep(row)
 
         skipped = run_with_progress(tasks, config, on_row, desc="maskbench", workers=workers,
                                     timeout_s=timeout_s, progress=progress)
@@ -634,6 +649,22 @@ def run_maskbench(
     (out_dir / "summary.md").write_text(table, encoding="utf-8")
     report.plot_maskbench(records, order, out_dir / "maskbench.png", timeout_s=timeout_s)
     return summary
+
+
+def _earlier_rows(path: Path, keys: set) -> list[dict]:
+    """The complete rows of an earlier run's results for these (file, engine) keys, last one per key."""
+    if not path.exists():
+        return []
+    rows: dict = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # the line the interrupted run was writing
+            continue
+        key = (row.get("file"), row.get("engine"))
+        if key in keys:
+            rows[key] = row
+    return list(rows.values())
 
 
 def parse_engines(text: str) -> list[str]:
@@ -688,6 +719,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", default="", metavar="GLOB", help="only files whose name matches GLOB")
     parser.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",
                         help="limit per file and engine, compilation included (default 900, as MaskBench)")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --out of an interrupted run of the same command: keep its rows, run the rest")
     parser.add_argument("--property-order", choices=("any", "schema", "required_first"), default="any",
                         help="corral's property_order (default 'any': MaskBench's valid instances list members "
                         "in any order, and validators accept every order; 'schema' is generation's default)")
@@ -740,7 +773,7 @@ def main(args: argparse.Namespace) -> int:
     corral_options = {"property_order": args.property_order}
     meta["corral_options"] = corral_options
     run_maskbench(files, engines, out, config=config, workers=args.workers, timeout_s=args.timeout,
-                  progress=not args.no_progress, meta=meta, corral_options=corral_options)
+                  progress=not args.no_progress, meta=meta, corral_options=corral_options, resume=args.resume)
     print((out / "summary.md").read_text(encoding="utf-8"))
     log(f"wrote {out}/results.jsonl, summary.json, summary.md, maskbench.png")
     return 0

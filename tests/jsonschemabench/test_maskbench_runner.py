@@ -367,6 +367,29 @@ def test_runner_classifies_isolates_and_writes_outputs(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_resume_keeps_finished_rows_and_runs_the_rest(tmp_path):
+    files = write_cases(tmp_path / "data", CASES)
+    engines = [spec("AcceptAll"), spec("RejectAll")]
+    config = WorkerConfig(tokenizer_loader=spec("byte_tokenizer"))
+    out = tmp_path / "out"
+    run_maskbench(files, engines, out, config=config, workers=1, timeout_s=5.0, progress=False)
+    lines = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    first["marker"] = "kept"  # not what a re-run would write
+    interrupted = [json.dumps(first)] + lines[1:2] + [lines[2][: len(lines[2]) // 2]]  # a line cut mid-write
+    (out / "results.jsonl").write_text("\n".join(interrupted), encoding="utf-8")
+
+    summary = run_maskbench(files, engines, out, config=config, workers=1, timeout_s=5.0, progress=False, resume=True)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text(encoding="utf-8").splitlines()]
+    keys = [(r["file"], r["engine"]) for r in rows]
+    assert sorted(keys) == sorted((p.name, e) for p in files for e in engines)  # each pair once
+    assert [r for r in rows if r.get("marker") == "kept"] == [first]
+    assert summary["engines"][spec("AcceptAll")]["schemas"] == len(files)
+    again = run_maskbench(files, engines, out, config=config, workers=1, timeout_s=5.0, progress=False, resume=True)
+    assert again["engines"][spec("RejectAll")]["schemas"] == len(files)  # nothing left to run...
+    assert again["engines"][spec("RejectAll")]["version"] == "0"  # ...and the versions come from engines.json
+
+
 # --- smoke: corral and llguidance on two real files -----------------------------------------------
 
 
