@@ -127,12 +127,12 @@ class Matcher:
         """
         state = self._history[-1]
         token = int(token)
-        alone = np.array([token], dtype=np.int64)
         if token in self._eos:
             accepting = ACCEPT in state
+            alone = np.array([token], dtype=np.int64)
             return TokenCheck(accepting, _NO_TOKENS if accepting else alone, alone if accepting else _NO_TOKENS)
         if not (0 <= token < self._text_ok.shape[0]) or not self._text_ok[token] or not state:
-            return TokenCheck(False, alone, _NO_TOKENS)
+            return TokenCheck(False, np.array([token], dtype=np.int64), _NO_TOKENS)
         trie = self._rt.trie
         cached = self._rt.cached_mask(state)
         path = None if cached is not None and bit_is_set(cached, token) else self._rt.dead_end(state, token)

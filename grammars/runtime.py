@@ -165,7 +165,7 @@ class GrammarRuntime:
         hit = self._consume_memo.get((state, token))
         if hit is not None:
             return hit
-        return self._walk_token(state, token)[0]
+        return self._walk_token(state, token)
 
     def dead_end(self, state: MatchState, token: int) -> list[MatchState] | None:
         """``None`` when text token ``token`` may follow ``state``; otherwise the states its walk
@@ -174,26 +174,20 @@ class GrammarRuntime:
         if self._consume_memo.get((state, token)):
             return None
         path: list[MatchState] = []
-        end, _, _ = self._walk_token(state, token, path)
-        return None if end else path
+        return None if self._walk_token(state, token, path) else path
 
-    def _walk_token(
-        self, state: MatchState, token: int, path: list[MatchState] | None = None
-    ) -> tuple[MatchState, int, MatchState]:
-        """(state after the token's bytes, bytes taken, last non-empty state), memoising the first;
-        ``path`` collects the non-empty states the walk went through, ``state`` first."""
-        cur = alive = state
-        length = 0
+    def _walk_token(self, state: MatchState, token: int, path: list[MatchState] | None = None) -> MatchState:
+        """The state after the token's bytes (empty once one cannot follow), memoised; ``path``
+        collects the non-empty states the walk went through, ``state`` first."""
+        cur = state
         for byte in self.token_bytes[token]:
             if path is not None:
-                path.append(alive)
-            cur = self.step(alive, byte)
+                path.append(cur)
+            cur = self.step(cur, byte)
             if not cur:
                 break
-            alive = cur
-            length += 1
         self._consume_memo.put((state, token), cur)
-        return cur, length, alive
+        return cur
 
     def dead_start(self, state: MatchState) -> np.ndarray:
         """Ids of the text tokens whose first byte cannot follow ``state`` (read-only, memoised:

@@ -109,12 +109,19 @@ class TokenTrie:
         """Ids of the text tokens whose bytes start with the first ``length`` bytes of ``token``'s
         and go on with a byte ``b`` where ``next_bytes[b]`` (bool[256]): the subtrees of those
         children of that trie node. ``length`` must be shorter than the token."""
-        node = int(self.token_node[token])
-        if node >= self.n_nodes or not 0 <= length < int(self.node_depth[node]):
+        node = self._prefix_node(token, length)
+        if length == int(self.node_depth[int(self.token_node[token])]):
             raise ValueError(f"token {token} has no byte after a prefix of {length} bytes")
+        return self._subtrees_below(node, next_bytes)
+
+    def _prefix_node(self, token: int, length: int) -> int:
+        """The trie node of the first ``length`` bytes of text token ``token``."""
+        node = int(self.token_node[token])
+        if node >= self.n_nodes or not 0 <= length <= int(self.node_depth[node]):
+            raise ValueError(f"token {token} has no prefix of {length} bytes")
         for _ in range(int(self.node_depth[node]) - length):
             node = int(self.node_parent[node])
-        return self._subtrees_below(node, next_bytes)
+        return node
 
     def tokens_continuing_root(self, next_bytes: np.ndarray) -> np.ndarray:
         """Ids of the text tokens whose first byte ``b`` has ``next_bytes[b]``."""
@@ -133,11 +140,7 @@ class TokenTrie:
     def tokens_on_path(self, token: int, length: int) -> np.ndarray:
         """Ids of the text tokens spelled exactly as the first ``d`` bytes of ``token``'s, for
         ``1 <= d <= length`` (``token`` itself when ``length`` is its whole length)."""
-        node = int(self.token_node[token])
-        if node >= self.n_nodes or not 0 <= length <= int(self.node_depth[node]):
-            raise ValueError(f"token {token} has no prefix of {length} bytes")
-        for _ in range(int(self.node_depth[node]) - length):
-            node = int(self.node_parent[node])
+        node = self._prefix_node(token, length)
         chunks = []
         while node:
             start = int(self.node_tok_start[node])

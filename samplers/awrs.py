@@ -492,11 +492,9 @@ class MatcherChecks:
             return self.matcher.allows(token)
         result = self.matcher.check(token)
         self._last.clear()
-        if result.allowed:
-            self._known_allowed.add(token)
-        else:
+        if not result.allowed:
             self._last[token] = result.rejected
-        self._known_allowed.update(result.accepted.tolist())
+        self._known_allowed.update(result.accepted.tolist())  # the token itself when allowed
         return result.allowed
 
     @property
