@@ -22,11 +22,13 @@ extra members attach to the earliest slot, a skipped optional property is never 
 ``property_order="any"`` uses subsets of emitted properties as states instead (exact, exponential,
 hence ``any_order_limit``); beyond it, subsets of the *required* properties seen, with declared
 members free to repeat (``any_order_repeating``: exact for validity, since every occurrence is
-checked and a parser keeps one). Each member and the extra member are rules of their own, and runs of
+checked and a parser keeps one); with more than ``MAX_REPEATING_REQUIRED`` required
+properties, positions in one of two orders of the required ones (``required_in_order_repeating``,
+a narrowing). Each member and the extra member are rules of their own, and runs of
 extra members are right-recursive rules rather than ``Repeat``: that keeps the (large) key
 automaton of extra keys one parser terminal shared by every state, instead of a copy inlined
-into each state's DFA. Duplicate keys are never accepted for known names (except in that
-repeating layout); extra keys cannot be checked for duplicates by a context-free grammar and are not.
+into each state's DFA. Duplicate keys are never accepted for known names (except in those
+repeating layouts); extra keys cannot be checked for duplicates by a context-free grammar and are not.
 """
 
 from __future__ import annotations
@@ -183,7 +185,8 @@ def object_expr(c: "SchemaCompiler", conj: "Conjunction", *, sole: bool = True) 
                       "cannot exclude duplicate keys")
         low = 0
     recursive = c.back_references > back_references  # a member's value leads back to an enclosing rule
-    body = object_body(c, members, extra, low, high, hint=rules.where, repeat=sole or not recursive)
+    body = object_body(c, members, extra, low, high, hint=rules.where, repeat=sole or not recursive,
+                       required_order=tuple(rules.required))
     return lay.object(body)
 
 
@@ -247,22 +250,29 @@ def _extra_member(c: "SchemaCompiler", rules: ObjectRules, known: set[str]) -> E
 
 def object_body(
     c: "SchemaCompiler", members: list[Member], extra: Expr | None, low: int, high: int | None, *, hint: str,
-    repeat: bool = True,
+    repeat: bool = True, required_order: tuple[str, ...] = (),
 ) -> Expr:
     """Members in the configured order, ``low..high`` of them in all, then ``ws`` (or nothing).
 
-    ``repeat``: a large any-order object may use the repeating layout. Not for one of several
+    ``repeat``: a large any-order object may use the repeating layouts. Not for one of several
     leaves of a value (``dependencies``, ``anyOf`` expanded) whose members lead back to an
     enclosing rule: the leaves' layouts all stay alive to the object's end, key order no longer
-    telling them apart, and through the recursion the live parses multiply with the depth."""
+    telling them apart, and through the recursion the live parses multiply with the depth.
+    ``required_order``: the names of the ``required`` keyword, in its order (the second order
+    ``required_in_order_repeating`` accepts)."""
     order = c.options.property_order
     if order == "any" and len(members) > 1:
         automaton = _Automaton(c, members, extra, low, high, hint)
         states = (1 << len(members)) * len(automaton.counts())
         if len(members) <= c.options.any_order_limit and states <= MAX_ANY_ORDER_STATES:
             return automaton.any_order()
-        if repeat and low == 0 and high is None and sum(m.required for m in members) <= MAX_REPEATING_REQUIRED:
-            return automaton.any_order_repeating()
+        required = sum(m.required for m in members)
+        if repeat and low == 0 and high is None:
+            if required <= MAX_REPEATING_REQUIRED:
+                return automaton.any_order_repeating()
+            c.narrowed(f"{hint}: {required} required properties accepted in the order of 'properties' or of "
+                       "'required' only (any_order_limit)")
+            return automaton.required_in_order_repeating(required_order)
         c.narrowed(f"{hint}: {len(members)} properties accepted in schema order only (any_order_limit)")
     if order == "required_first":
         members = [m for m in members if m.required] + [m for m in members if not m.required]
@@ -444,6 +454,45 @@ class _Automaton:
             started_rule[seen] = self.c.add_recursive_rule(
                 f"{self.hint}@R.{seen}", lambda me, seen=seen: alt(choices(seen, True, me)))
         return alt(choices(0, False, None))
+
+    def required_in_order_repeating(self, required_order: tuple[str, ...]) -> Expr:
+        """The repeating layout for too many required members to track as a subset: optional
+        members anywhere, any number of times, but the required ones first met in one of two
+        orders, that of ``properties`` (the members' order) or that of ``required``. States are
+        positions in one order, so the size is linear. A narrowing (other orders are rejected),
+        exact for validity like ``any_order_repeating``: each occurrence is checked, a parser
+        keeps one, every required member appears. No property count bounds (the caller checks)."""
+        required = [m for m in self.members if m.required]
+        rank = {name: i for i, name in enumerate(required_order)}
+        by_keyword = sorted(required, key=lambda m: rank.get(m.name, len(rank)))
+        orders = [required] if by_keyword == required else [required, by_keyword]
+        optional = [m.expr for m in self.members if not m.required] + ([self.extra] if self.extra is not None else [])
+        anything_optional = alt(optional) if optional else None
+        if anything_optional is not None and len(optional) > 1:
+            anything_optional = self.c.add_rule(f"{self.hint}@optional", anything_optional)
+        lay = self.lay
+        starts = []
+        for which, sequence in enumerate(orders):
+            k = len(sequence)
+            state: dict[int, Expr] = {}
+
+            def choices(i: int, started: bool, me: Expr | None, sequence=sequence, k=k, state=state) -> list[Expr]:
+                stay = me if me is not None else state.get(i)
+                out = []
+                repeats = [m.expr for m in sequence[:i]] + ([anything_optional] if anything_optional is not None else [])
+                if repeats and stay is not None:
+                    out.append(seq([lay.sep(started), alt(repeats), stay]))
+                if i < k:
+                    out.append(seq([lay.sep(started), sequence[i].expr, state[i + 1]]))
+                else:
+                    out.append(lay.end(started))
+                return out
+
+            for i in range(k, -1, -1):  # the later positions first: each state names the next
+                state[i] = self.c.add_recursive_rule(
+                    f"{self.hint}@Q{which}.{i}", lambda me, i=i, choices=choices: alt(choices(i, True, me)))
+            starts.append(alt(choices(0, False, None)))
+        return alt(starts)
 
     def g_any(self, emitted: int, count: int, started: bool) -> Expr:
         k = ("S", emitted, count, int(started))

@@ -40,10 +40,11 @@ class JsonSchemaOptions:
         larger ones track only the required properties (at most 6) and let a declared property
         appear again — every occurrence's value is checked and a JSON parser keeps the last, so
         each accepted text is still valid (what validators and MaskBench's instances need; a
-        generator in this mode may repeat a key). Larger objects with ``minProperties``/
-        ``maxProperties``, which repeats would miscount, or more required properties fall back
-        to ``"schema"`` order (a subset of the valid texts, recorded in
-        ``SchemaReport.narrowed``).
+        generator in this mode may repeat a key). With more required properties, the required
+        ones must first appear in the order of ``properties`` or in that of ``required`` (the
+        optional ones still anywhere). Larger objects with ``minProperties``/``maxProperties``,
+        which repeats would miscount, fall back to ``"schema"`` order. Both are subsets of the
+        valid texts, recorded in ``SchemaReport.narrowed``.
     ``any_order_limit``
         Largest number of declared properties for which ``property_order="any"`` builds the
         exact any-order language (default 8). It needs one grammar state per subset of

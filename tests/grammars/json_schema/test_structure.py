@@ -286,6 +286,32 @@ def test_large_any_order_objects_repeat_members_but_stay_exact(checker):
     assert checker.accepts(optional_only, text([("p11", 1), ("x", '"y"'), ("p0", 2)]), property_order="any")
 
 
+def test_many_required_members_follow_properties_or_required_order(checker):
+    """Too many required members to track as a subset: optional members anywhere (repeats
+    allowed, each checked), required ones first met in the order of ``properties`` or of
+    ``required``; other orders are rejected (a reported narrowing), invalid texts always are."""
+    names = [f"p{i}" for i in range(12)]
+    required = [f"p{i}" for i in (9, 1, 7, 3, 5, 0, 2, 4)]  # 8 required, not in properties order
+    schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names}, "required": required,
+              "additionalProperties": False}
+
+    def text(keys, value="0"):
+        return "{" + ",".join(f'"{k}":{value}' for k in keys) + "}"
+
+    by_properties = [n for n in names if n in required]
+    assert checker.accepts(schema, text(by_properties), property_order="any")
+    assert checker.accepts(schema, text(required), property_order="any")
+    assert checker.accepts(schema, text(["p11", *required[:3], "p6", "p9", *required[3:], "p10"]), property_order="any")
+    swapped = [required[1], required[0], *required[2:]]
+    assert not checker.accepts(schema, text(swapped), property_order="any")  # neither order
+    assert not checker.accepts(schema, text(required[:-1]), property_order="any")  # p4 missing
+    assert not checker.accepts(schema, text(required, value='"x"'), property_order="any")
+    assert not checker.accepts(schema, text([*required, "zz"]), property_order="any")
+    report = analyze_json_schema(load_schema(schema), JsonSchemaOptions(property_order="any"))
+    assert any("order of 'properties' or of 'required'" in note for note in report.narrowed)
+    assert report.exact
+
+
 def test_repeating_layout_is_kept_off_ambiguous_recursive_leaves(checker):
     """``dependentRequired`` splits an object into leaves that stay alive together until the object
     ends; when its members also lead back to the object (recursion), the live parses would
