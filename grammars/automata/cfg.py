@@ -433,7 +433,12 @@ _NO_REFS: frozenset[str] = frozenset()
 
 def _size(expr: Expr, cap: int | None = None) -> int:
     """IR nodes of ``expr`` with bounded repetitions unrolled (up to 64 copies); with ``cap``, any
-    value above ``cap`` once the count passes it."""
+    value above ``cap`` once the count passes it.
+
+    A pre-compiled ``ByteDFA`` of more than ``ALONE_STATES`` states counts as over the inlining
+    budget: it is one node but a big terminal (a long counted string), and a rule inlined with
+    it into an alternative (an any-order object's next member) would copy it into one
+    terminal per alternative instead of standing alone (``_run_symbols``)."""
     total = 0
     stack: list[tuple[Expr, int]] = [(expr, 1)]
     while stack:
@@ -448,6 +453,8 @@ def _size(expr: Expr, cap: int | None = None) -> int:
             stack.append((e.item, weight * max(1, min(copies, 64))))
         elif isinstance(e, Literal):
             total += weight * len(e.text)
+        elif getattr(e, "n_states", 0) > ALONE_STATES:
+            total += weight * (INLINE_BUDGET + 1)
     return total
 
 

@@ -118,3 +118,27 @@ def test_big_pieces_of_a_run_become_their_own_terminal():
     assert m.try_advance(good) == len(good) and m.is_accepting()
     bad = ids('{"x":"' + "a" * 301 + '"}')
     assert g.matcher().try_advance(bad) < len(bad)
+
+
+def test_big_embedded_dfa_is_not_inlined_into_every_alternative():
+    """A rule holding a pre-compiled DFA bigger than ``ALONE_STATES`` is one IR node but a big
+    terminal: inlined into an alternative of members (an any-order object), it would be copied
+    into one terminal per alternative. It stays a rule, and its DFA one shared terminal."""
+    pieces = [b"a", b"b", b'"', b":", b"{", b"}", b",", b"x", b"y", b"z"]
+    vocab = TokenVocabulary.from_bytes(pieces + [b""], eos_token_ids=[len(pieces)], special_token_ids=[len(pieces)])
+    body = compile_regular(repeat(chars("ab"), 0, 400))  # 401 states, embedded as a ByteDFA
+    assert body.n_states > 256
+    value = seq([literal('"'), body, literal('"')])
+    rules = {f"m{k}": seq([literal(f'"{k}":'), value]) for k in "xyz"}
+    rules["next"] = alt([seq([Ref(f"m{k}"), literal(",")]) for k in "xyz"])  # regular: inlinable if small
+    rules["root"] = seq([literal("{"), Ref("next"), Ref("next"), Ref("mx"), literal("}")])
+    g = Compiler(vocab).compile_grammar(Grammar.of(rules, "root"))
+    sizes = sorted(t.n_states for t in g._cfg.terminals)
+    assert sum(s > 256 for s in sizes) == 1 and sizes[-1] < 420
+    text = '{"y":"' + "ab" * 200 + '","z":"","x":"b"}'
+    data = [pieces.index(bytes([c])) for c in text.encode()]
+    m = g.matcher()
+    assert m.try_advance(data) == len(data) and m.is_accepting()
+    bad = '{"y":"' + "a" * 401 + '",'
+    data = [pieces.index(bytes([c])) for c in bad.encode()]
+    assert g.matcher().try_advance(data) < len(data)

@@ -391,8 +391,12 @@ def length_bounded_body(min_length: int, max_length: int | None) -> Expr:
 _IR_LENGTH_LIMIT = 32
 
 
+@lru_cache(maxsize=64)
 def _length_dfa(min_length: int, max_length: int | None) -> ByteDFA:
     """The minimal DFA of ``STRING_CHAR{min,max}``, built layer by layer and numbered canonically.
+
+    Memoised: ``ByteDFA`` compares by identity, so two fields with one bound must share one
+    object for the compiler's terminal caches to see them as the same piece.
 
     State ``(k, t)``: ``k`` characters complete (saturating at ``min_length`` when unbounded),
     phase ``t`` inside the current character. Layers are distinguished by how many more
