@@ -29,6 +29,9 @@ INLINE_BUDGET = 1000
 #: A piece of a regular run whose DFA has more states than this becomes a terminal of its own
 #: (shared by every context) instead of being merged with its neighbours.
 ALONE_STATES = 256
+#: A bounded repetition of an item whose DFA has more states than this, big as a whole, is
+#: lowered as a repetition of rules (``_Lowering._structural``), not unrolled into one terminal.
+REPEATED_ITEM_STATES = 64
 #: Alternatives are compiled to test their size only from this many IR nodes on.
 ALONE_MIN_SIZE = 64
 #: A production with more nullable symbols than this is split before epsilon elimination,
@@ -118,6 +121,7 @@ class _Lowering:
         self.dfa_cache: dict[Expr, object] = {}
         self.symbol_cache: dict[Expr, int | None] = {}
         self._big_pieces: dict[Expr, bool] = {}
+        self._structural_pieces: dict[Expr, bool] = {}
 
     # --- which rules are regular and small enough to inline -------------------------------
 
@@ -270,35 +274,82 @@ class _Lowering:
         A piece whose DFA has more than ``ALONE_STATES`` states (a long counted string, the
         complement of many keys) would otherwise be copied into the terminal of every context
         it appears in — each copy determinised, minimised and walked over the vocabulary again.
+        A repetition or alternative that holds a big piece (an array of long strings, an
+        optional long string) is lowered as rules around it instead (``_structural``): one
+        terminal of it would copy the big piece once per repetition or alternative.
         A wholly regular grammar is not split.
         """
         pieces = self._pieces(run) if self.split_runs else []
-        if not any(self._big(p) for p in pieces):
+        if not any(self._structural(p) or self._big(p) for p in pieces):
             return self._terminal_symbols(seq(run))
         # a big piece takes the literals right around it (a string body its quotes): a terminal
         # that may end anywhere inside a token would make every such token a boundary walk
-        groups: list[list[Expr]] = [[]]
-        for i, p in enumerate(pieces):
-            if self._big(p):
-                before = groups[-1][-1:] if groups[-1] and isinstance(groups[-1][-1], Literal) else []
+        groups: list[list[Expr] | Expr] = [[]]  # terminal groups; a structural piece stands between
+        for p in pieces:
+            last = groups[-1]
+            assert isinstance(last, list)
+            if self._structural(p):
+                groups.append(p)
+                groups.append([])
+            elif self._big(p):
+                before = last[-1:] if last and isinstance(last[-1], Literal) else []
                 if before:
-                    groups[-1].pop()
+                    last.pop()
                 groups.append(before + [p])
                 groups.append([])
-            elif not groups[-1] and len(groups) > 1 and isinstance(p, Literal) and len(groups[-2]) <= 2 \
-                    and not isinstance(groups[-2][-1], Literal):
+            elif not last and len(groups) > 1 and isinstance(p, Literal) and isinstance(groups[-2], list) \
+                    and len(groups[-2]) <= 2 and not isinstance(groups[-2][-1], Literal):
                 groups[-2].append(p)
             else:
-                groups[-1].append(p)
+                last.append(p)
         out: list[int] = []
         for group in groups:
-            if not group:
-                continue
-            sym = self._terminal_symbols(seq(group))
+            if isinstance(group, list):
+                if not group:
+                    continue
+                sym = self._terminal_symbols(seq(group))
+            else:
+                sym = self._structural_symbols(group)
             if sym is None:
                 return None
             out.extend(sym)
         return tuple(out)
+
+    def _structural(self, piece: Expr) -> bool:
+        """A regular repetition or alternative with a big piece inside its item or alternatives,
+        or many copies of a sizeable item (memoised): lowered as rules, the big piece or the
+        item a terminal of its own."""
+        if not self.split_runs or not isinstance(piece, (Repeat, Alt)):
+            return False
+        hit = self._structural_pieces.get(piece)
+        if hit is None:
+            items = (piece.item,) if isinstance(piece, Repeat) else piece.items
+            hit = any(self._holds_big(item) for item in items)
+            if not hit and isinstance(piece, Repeat) and piece.max is not None and piece.max > 1:
+                # many copies of a sizeable item (an array of up to 200 fixed-length strings)
+                states = getattr(self.compile_dfa(self._expand(piece.item)), "n_states", 0)
+                hit = states > REPEATED_ITEM_STATES and states * piece.max > ALONE_STATES
+            self._structural_pieces[piece] = hit
+        return hit
+
+    def _holds_big(self, expr: Expr) -> bool:
+        for q in self._pieces([expr]):
+            if self._structural(q):
+                return True
+            if isinstance(q, Alt) or (isinstance(q, Repeat) and q.max is None):
+                continue  # many small alternatives, or a loop: big only as a whole, not holding
+            if self._big(q):
+                return True
+        return False
+
+    def _structural_symbols(self, piece: Expr) -> tuple[int, ...] | None:
+        if isinstance(piece, Repeat):
+            return self._repeat(piece)
+        nt, new = self._nonterminal(("alt", piece), "<alt>")
+        if new:
+            for item in piece.items:  # type: ignore[union-attr]
+                self._add(nt, self._symbols(item))
+        return (nt,)
 
     def _pieces(self, run: list[Expr]) -> list[Expr]:
         """The items of a run with inlined references and nested sequences flattened."""
@@ -327,7 +378,7 @@ class _Lowering:
     def _symbols(self, expr: Expr) -> tuple[int, ...] | None:
         """``expr`` as a sequence of symbols; None when its language is empty."""
         if self._is_regular(expr):
-            if isinstance(expr, (Seq, Ref)):
+            if isinstance(expr, (Seq, Ref, Repeat, Alt)):
                 return self._run_symbols([expr])
             return self._terminal_symbols(expr)
         if isinstance(expr, Ref):

@@ -142,3 +142,35 @@ def test_big_embedded_dfa_is_not_inlined_into_every_alternative():
     bad = '{"y":"' + "a" * 401 + '",'
     data = [pieces.index(bytes([c])) for c in bad.encode()]
     assert g.matcher().try_advance(data) < len(data)
+
+
+def test_repetitions_and_alternatives_around_big_pieces_are_lowered_as_rules():
+    """An optional list of long strings (``[]`` or up to 9 of them), and up to 50 copies of a
+    sizeable item: one terminal of either would unroll the big piece or the item once per copy.
+    Lowered as rules, each stays one terminal, and the counts stay exact."""
+    pieces = [b"a", b"b", b'"', b"[", b"]", b","]
+    vocab = TokenVocabulary.from_bytes(pieces + [b""], eos_token_ids=[len(pieces)], special_token_ids=[len(pieces)])
+
+    def ids(text: str) -> list[int]:
+        return [pieces.index(bytes([c])) for c in text.encode()]
+
+    long_string = seq([literal('"'), compile_regular(repeat(chars("ab"), 0, 300)), literal('"')])
+    items = alt([literal(""), seq([long_string, repeat(seq([literal(","), long_string]), 0, 8)])])
+    fixed = seq([literal('"'), repeat(chars("ab"), 70, 70), literal('"')])  # a 72-state item
+    rules = {"root": alt([seq([literal("["), items, literal("]")]),
+                          seq([literal("["), literal("["), repeat(seq([fixed, literal(",")]), 0, 50), literal("]"), literal("]")])])}
+    g = Compiler(vocab).compile_grammar(Grammar.of(rules, "root"))
+    assert max(t.n_states for t in g._cfg.terminals) < 320
+
+    def accepts(text: str) -> bool:
+        m, data = g.matcher(), ids(text)
+        return m.try_advance(data) == len(data) and m.is_accepting()
+
+    s = '"' + "ab" * 150 + '"'
+    assert accepts("[]") and accepts("[" + ",".join([s] * 9) + "]")
+    assert not accepts("[" + ",".join([s] * 10) + "]")
+    assert not accepts('["' + "a" * 301 + '"]')
+    f = '"' + "b" * 70 + '",'
+    assert accepts("[[]]") and accepts("[[" + f * 50 + "]]")
+    assert not accepts("[[" + f * 51 + "]]")
+    assert not accepts('[["' + "b" * 69 + '",]]')
