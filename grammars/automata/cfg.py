@@ -286,8 +286,7 @@ class _Lowering:
         # that may end anywhere inside a token would make every such token a boundary walk
         groups: list[list[Expr] | Expr] = [[]]  # terminal groups; a structural piece stands between
         for p in pieces:
-            last = groups[-1]
-            assert isinstance(last, list)
+            last: list[Expr] = groups[-1]  # type: ignore[assignment]  # a list after every step
             if self._structural(p):
                 groups.append(p)
                 groups.append([])
@@ -343,11 +342,13 @@ class _Lowering:
         return False
 
     def _structural_symbols(self, piece: Expr) -> tuple[int, ...] | None:
-        if isinstance(piece, Repeat):
-            return self._repeat(piece)
-        nt, new = self._nonterminal(("alt", piece), "<alt>")
+        return self._repeat(piece) if isinstance(piece, Repeat) else self._alt(piece)  # type: ignore[arg-type]
+
+    def _alt(self, expr: Alt) -> tuple[int, ...]:
+        """An alternative as a nonterminal with one production per branch."""
+        nt, new = self._nonterminal(("alt", expr), "<alt>")
         if new:
-            for item in piece.items:  # type: ignore[union-attr]
+            for item in expr.items:
                 self._add(nt, self._symbols(item))
         return (nt,)
 
@@ -407,11 +408,7 @@ class _Lowering:
                 out.extend(piece)
             return tuple(out)
         if isinstance(expr, Alt):
-            nt, new = self._nonterminal(("alt", expr), "<alt>")
-            if new:
-                for item in expr.items:
-                    self._add(nt, self._symbols(item))
-            return (nt,)
+            return self._alt(expr)
         if isinstance(expr, Repeat):
             return self._repeat(expr)
         raise GrammarError(f"unexpected IR node {expr!r}")  # pragma: no cover - exhaustive

@@ -423,6 +423,13 @@ class _Automaton:
 
     # --- declared members in any order, repeats allowed ---
 
+    def anything_optional(self) -> Expr | None:
+        """One optional declared member or extra member (a shared rule), for the repeating layouts."""
+        optional = [m.expr for m in self.members if not m.required] + ([self.extra] if self.extra is not None else [])
+        if len(optional) > 1:
+            return self.c.add_rule(f"{self.hint}@optional", alt(optional))
+        return optional[0] if optional else None
+
     def any_order_repeating(self) -> Expr:
         """Any order for objects too large for subsets of all members: states are the subsets of
         *required* members seen, so a declared member may appear again. Exact for validity:
@@ -430,10 +437,7 @@ class _Automaton:
         one of them (the last), and every required member appears. Only without property
         count bounds (duplicates would miscount) — the caller checks."""
         required = [m for m in self.members if m.required]
-        optional = [m.expr for m in self.members if not m.required] + ([self.extra] if self.extra is not None else [])
-        anything_optional = alt(optional) if optional else None
-        if anything_optional is not None and len(optional) > 1:
-            anything_optional = self.c.add_rule(f"{self.hint}@optional", anything_optional)
+        anything_optional = self.anything_optional()
         full = (1 << len(required)) - 1
         lay = self.lay
         started_rule: dict[int, Expr] = {}
@@ -466,29 +470,24 @@ class _Automaton:
         rank = {name: i for i, name in enumerate(required_order)}
         by_keyword = sorted(required, key=lambda m: rank.get(m.name, len(rank)))
         orders = [required] if by_keyword == required else [required, by_keyword]
-        optional = [m.expr for m in self.members if not m.required] + ([self.extra] if self.extra is not None else [])
-        anything_optional = alt(optional) if optional else None
-        if anything_optional is not None and len(optional) > 1:
-            anything_optional = self.c.add_rule(f"{self.hint}@optional", anything_optional)
+        anything_optional = self.anything_optional()
         lay = self.lay
         starts = []
         for which, sequence in enumerate(orders):
-            k = len(sequence)
             state: dict[int, Expr] = {}
 
-            def choices(i: int, started: bool, me: Expr | None, sequence=sequence, k=k, state=state) -> list[Expr]:
-                stay = me if me is not None else state.get(i)
+            def choices(i: int, started: bool, me: Expr | None, sequence=sequence, state=state) -> list[Expr]:
                 out = []
                 repeats = [m.expr for m in sequence[:i]] + ([anything_optional] if anything_optional is not None else [])
-                if repeats and stay is not None:
-                    out.append(seq([lay.sep(started), alt(repeats), stay]))
-                if i < k:
+                if repeats:
+                    out.append(seq([lay.sep(started), alt(repeats), me if me is not None else state[i]]))
+                if i < len(sequence):
                     out.append(seq([lay.sep(started), sequence[i].expr, state[i + 1]]))
                 else:
                     out.append(lay.end(started))
                 return out
 
-            for i in range(k, -1, -1):  # the later positions first: each state names the next
+            for i in range(len(sequence), -1, -1):  # the later positions first: each state names the next
                 state[i] = self.c.add_recursive_rule(
                     f"{self.hint}@Q{which}.{i}", lambda me, i=i, choices=choices: alt(choices(i, True, me)))
             starts.append(alt(choices(0, False, None)))
