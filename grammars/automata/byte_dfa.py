@@ -47,6 +47,7 @@ __all__ = [
     "intersect",
     "difference",
     "minimize",
+    "from_transitions",
     "load_kernels",
     "predecessors",
 ]
@@ -115,12 +116,16 @@ class ByteDFA:
 
     @cached_property
     def key(self) -> bytes:
-        """Digest of (start, table, accepting): equal languages give equal keys."""
-        h = hashlib.blake2b(digest_size=20)
-        h.update(np.array([self.start, self.n_states], dtype=np.int64).tobytes())
-        h.update(self.table)  # contiguous: hashed in place, not copied
-        h.update(np.packbits(self.accepting).tobytes())
-        return h.digest()
+        """Digest of the canonical table and accepting states: equal languages give equal keys.
+
+        Hashed in class form (distinct columns, numbered by first byte, plus the byte-to-class
+        map), a fraction of the full table's bytes; ``_finish`` sets it from the classes it
+        already has, so only tables built elsewhere pay for ``byte_classes`` here.
+        """
+        if self.is_empty_language:
+            return _language_key(self.start, self.table[:, :0], np.zeros(256, dtype=np.intp), self.accepting)
+        cls, b2c = byte_classes(self.table)
+        return _language_key(self.start, cls, b2c, self.accepting)
 
     @cached_property
     def _flat(self) -> memoryview:
@@ -192,6 +197,59 @@ _EMPTY_TABLE = np.zeros((0, 256), dtype=np.int32)
 
 def _empty_dfa() -> ByteDFA:
     return ByteDFA(_EMPTY_TABLE, np.zeros(0, dtype=bool), DEAD)
+
+
+def _language_key(start: int, class_table: np.ndarray, byte_to_class: np.ndarray, accepting: np.ndarray) -> bytes:
+    """``ByteDFA.key`` from a canonical class form: the table's distinct columns in order of
+    their first byte and each byte's class (as ``byte_classes`` returns them)."""
+    h = hashlib.sha256()  # hardware-accelerated on common CPUs: twice blake2b's speed here
+    h.update(np.array([start, class_table.shape[0], class_table.shape[1]], dtype=np.int64).tobytes())
+    h.update(np.ascontiguousarray(class_table, dtype=np.int32))
+    h.update(np.ascontiguousarray(byte_to_class, dtype=np.int16))
+    h.update(np.packbits(accepting).tobytes())
+    return h.digest()[:20]
+
+
+@njit(cache=True, nogil=True)
+def _canonical_classes(class_table, byte_to_class):  # pragma: no cover - jitted
+    """Merge equal columns of a class table and number the classes by first byte: the form
+    ``byte_classes`` gives for the expanded table, from ``k`` columns instead of 256."""
+    n, k = class_table.shape
+    hashes = np.full(k, np.uint64(0xCBF29CE484222325))
+    for q in range(n):
+        for c in range(k):
+            hashes[c] = (hashes[c] ^ np.uint64(class_table[q, c] + 1)) * np.uint64(0x100000001B3)
+    canon = np.full(k, -1, np.int64)  # class -> canonical class
+    reps = np.empty(k, np.int64)  # canonical class -> a class holding its column
+    m = 0
+    out_b2c = np.empty(256, np.int64)
+    for b in range(256):
+        c = byte_to_class[b]
+        if canon[c] < 0:
+            found = -1
+            for j in range(m):
+                r = reps[j]
+                if hashes[r] != hashes[c]:
+                    continue
+                same = True
+                for q in range(n):
+                    if class_table[q, r] != class_table[q, c]:
+                        same = False
+                        break
+                if same:
+                    found = j
+                    break
+            if found < 0:
+                found = m
+                reps[m] = c
+                m += 1
+            canon[c] = found
+        out_b2c[b] = canon[c]
+    out = np.empty((n, m), np.int32)
+    for q in range(n):
+        for j in range(m):
+            out[q, j] = class_table[q, reps[j]]
+    return out, out_b2c
 
 
 # ------------------------------------------------------------------------------------------
@@ -746,22 +804,40 @@ def _reduce(table, accepting, start, corder):  # pragma: no cover - jitted
     return out, out_acc
 
 
+@njit(cache=True, nogil=True)
+def _finish_kernel(table, accepting, start, byte_to_class):  # pragma: no cover - jitted
+    """``_reduce`` with the classes ordered by first byte, then the expanded byte table and the
+    canonical class form ``key`` hashes, in one compiled call."""
+    k = table.shape[1]
+    first_byte = np.full(k, 256, np.int64)
+    for b in range(255, -1, -1):
+        first_byte[byte_to_class[b]] = b
+    corder = np.argsort(first_byte, kind="mergesort")
+    ct, acc = _reduce(table, accepting, start, corder)
+    n = ct.shape[0]
+    full = np.empty((n, 256), np.int32)
+    for q in range(n):
+        for b in range(256):
+            full[q, b] = ct[q, byte_to_class[b]]
+    classes, class_of_byte = _canonical_classes(ct, byte_to_class)
+    return full, acc, classes, class_of_byte
+
+
 def _finish(table: np.ndarray, accepting: np.ndarray, start: int, byte_to_class: np.ndarray) -> ByteDFA:
     """Class-level DFA (any states) -> trimmed, minimal, canonically numbered ByteDFA."""
     if start < 0 or table.shape[0] == 0:
         return _empty_dfa()
-    k = table.shape[1]
-    first_byte = np.full(k, 256, dtype=np.int64)
-    np.minimum.at(first_byte, byte_to_class, np.arange(256))
-    corder = np.argsort(first_byte, kind="stable").astype(np.int64)
-    ct, acc = _reduce(np.ascontiguousarray(table, dtype=np.int32), np.ascontiguousarray(accepting, dtype=np.bool_),
-                      int(start), corder)
-    if ct.shape[0] == 0:
+    full, acc, classes, class_of_byte = _finish_kernel(
+        np.ascontiguousarray(table, dtype=np.int32), np.ascontiguousarray(accepting, dtype=np.bool_), int(start),
+        np.asarray(byte_to_class, dtype=np.int64))
+    if full.shape[0] == 0:
         return _empty_dfa()
-    full = np.ascontiguousarray(ct[:, byte_to_class])
     full.setflags(write=False)  # fresh arrays: freeze them here so ByteDFA need not copy
     acc.setflags(write=False)
-    return ByteDFA(full, acc, 0)
+    dfa = ByteDFA(full, acc, 0)
+    # fill the cached ``key`` from the classes at hand (cheaper than classifying 256 columns)
+    dfa.__dict__["key"] = _language_key(0, classes, class_of_byte, acc)
+    return dfa
 
 
 # ------------------------------------------------------------------------------------------
@@ -1005,6 +1081,26 @@ def _product_kernel(ta, tb, a_start, b_start, minus, max_states):  # pragma: no 
     return table[:size].copy(), pa[:size].copy(), pb_out, True
 
 
+def from_transitions(n_states: int, src: Sequence[int], byte: Sequence[int], dst: Sequence[int],
+                     accepting: Sequence[int], start: int = 0) -> ByteDFA:
+    """The minimal ByteDFA of a deterministic automaton given as transition lists (``src --byte-->
+    dst``), for automata built directly rather than through an NFA (a trie of literals).
+
+    Bytes that occur on no transition share one class, so minimisation runs over the bytes used
+    instead of all 256. Each (src, byte) pair must occur at most once.
+    """
+    src_a = np.asarray(src, dtype=np.int64)
+    byte_a = np.asarray(byte, dtype=np.int64)
+    used = np.unique(byte_a)
+    byte_to_class = np.zeros(256, dtype=np.intp)
+    byte_to_class[used] = np.arange(1, len(used) + 1)
+    table = np.full((n_states, len(used) + 1), -1, dtype=np.int32)
+    table[src_a, byte_to_class[byte_a]] = np.asarray(dst, dtype=np.int32)
+    acc = np.zeros(n_states, dtype=bool)
+    acc[np.asarray(accepting, dtype=np.int64)] = True
+    return _finish(table, acc, start, byte_to_class)
+
+
 def load_kernels() -> ByteDFA:
     """Run every compiled kernel once on tiny inputs (numba loads machine code on first call,
     ~0.1 s each: setup time, not a first compile's). Returns a small DFA for further warm-ups."""
@@ -1013,6 +1109,7 @@ def load_kernels() -> ByteDFA:
     intersect(d, e)
     difference(d, e)
     nonempty(minimize(ByteDFA(np.array(d.table), np.array(d.accepting), 0)))
+    from_transitions(2, [0], [0x61], [1], [1])
     return e
 
 

@@ -9,6 +9,8 @@ and interned through an open-addressing hash table.
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 from numba import njit
 
@@ -195,15 +197,46 @@ def _subset(n_nfa, start, final, k, eps_start, eps_to, important, edge_start, e_
     return table[:n_states].copy(), accepting[:n_states].copy(), True
 
 
-def _csr(lists: list[list], width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-state lists (of ints, or of ``width``-tuples) as (start offsets, flat int64 array)."""
-    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
-    start = np.zeros(len(lists) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=start[1:])
-    flat = [x for row in lists for x in row]
-    if width == 1:
-        return start, np.asarray(flat, dtype=np.int64).reshape(-1)
-    return start, np.asarray(flat, dtype=np.int64).reshape(-1, width)
+@njit(cache=True, nogil=True)
+def _determinize(n_nfa, start, final, eps_len, eps_to, edge_len, flat, offset, max_states):  # pragma: no cover - jitted
+    """CSR offsets, absolute edge targets and byte classes from the flattened lists, then
+    ``_subset``: one compiled call instead of a dozen small numpy ones per terminal."""
+    eps_start = np.zeros(n_nfa + 1, np.int64)
+    edge_start = np.zeros(n_nfa + 1, np.int64)
+    for s in range(n_nfa):
+        eps_start[s + 1] = eps_start[s] + eps_len[s]
+        edge_start[s + 1] = edge_start[s] + edge_len[s]
+    m = edge_start[n_nfa]
+    # byte classes: a boundary at every range start and past every range end
+    boundary = np.zeros(257, np.bool_)
+    boundary[0] = True
+    for j in range(m):
+        boundary[flat[3 * j]] = True
+        boundary[flat[3 * j + 1] + 1] = True
+    class_at = np.empty(257, np.int64)
+    k = -1
+    for b in range(257):
+        if boundary[b]:
+            k += 1
+        class_at[b] = k
+    byte_to_class = class_at[:256].copy()
+    e_lo = np.empty(m, np.int64)
+    e_hi = np.empty(m, np.int64)
+    e_to = np.empty(m, np.int64)
+    important = np.zeros(n_nfa, np.bool_)
+    for s in range(n_nfa):
+        if edge_len[s] > 0:
+            important[s] = True
+        for j in range(edge_start[s], edge_start[s + 1]):
+            e_lo[j] = class_at[flat[3 * j]]
+            e_hi[j] = class_at[flat[3 * j + 1] + 1]
+            e_to[j] = flat[3 * j + 2] + offset[s]
+    important[final] = True
+    if not boundary[256]:  # the last class runs to byte 255
+        k += 1
+    table, accepting, ok = _subset(n_nfa, start, final, k, eps_start, eps_to, important, edge_start, e_lo, e_hi,
+                                   e_to, max_states)
+    return table, accepting, byte_to_class, ok
 
 
 def subset_construction(eps: list[list[int]], edges: list[list[tuple[int, int, int]]], offset: list[int], start: int,
@@ -215,23 +248,13 @@ def subset_construction(eps: list[list[int]], edges: list[list[tuple[int, int, i
     than ``max_states`` DFA states are needed. DFA state 0 is the start.
     """
     n_nfa = len(eps)
-    eps_start, eps_to = _csr(eps, 1)
-    edge_start, flat = _csr(edges, 3)
-    if flat.shape[0]:
-        lo, hi = flat[:, 0], flat[:, 1] + 1
-        to = flat[:, 2] + np.repeat(np.asarray(offset, dtype=np.int64), np.diff(edge_start))
-        bounds = np.unique(np.concatenate([lo, hi, [0, 256]]))
-        e_lo = np.searchsorted(bounds, lo).astype(np.int64)
-        e_hi = np.searchsorted(bounds, hi).astype(np.int64)
-    else:
-        bounds = np.array([0, 256], dtype=np.int64)
-        e_lo = e_hi = to = np.zeros(0, dtype=np.int64)
-    k = len(bounds) - 1
-    byte_to_class = np.repeat(np.arange(k, dtype=np.intp), np.diff(bounds))
-    important = np.diff(edge_start) > 0
-    important[final] = True
-    table, accepting, ok = _subset(n_nfa, start, final, k, eps_start, eps_to, important, edge_start, e_lo, e_hi,
-                                   np.ascontiguousarray(to), max_states)
+    eps_len = np.fromiter(map(len, eps), dtype=np.int64, count=n_nfa)
+    edge_len = np.fromiter(map(len, edges), dtype=np.int64, count=n_nfa)
+    eps_to = np.fromiter(chain.from_iterable(eps), dtype=np.int64)
+    flat = np.fromiter(chain.from_iterable(chain.from_iterable(edges)), dtype=np.int64)
+    table, accepting, byte_to_class, ok = _determinize(
+        n_nfa, start, final, eps_len, eps_to, edge_len, flat, np.fromiter(offset, dtype=np.int64, count=n_nfa),
+        max_states)
     if not ok:
         return None
-    return table, accepting, byte_to_class
+    return table, accepting, byte_to_class.astype(np.intp)

@@ -11,7 +11,7 @@ import pytest
 
 from grammars import Compiler, TokenVocabulary
 from grammars.automata import compile_regular
-from grammars.automata.byte_dfa import ByteDFA, byte_classes, difference, intersect
+from grammars.automata.byte_dfa import ByteDFA, byte_classes, difference, from_transitions, intersect
 from grammars.frontends import parse_regex
 from grammars.frontends.json_schema.strings import json_string_value, string_not_in
 from grammars.ir import Grammar, Literal, Ref, Repeat, alt, chars, literal, repeat, seq
@@ -174,3 +174,30 @@ def test_repetitions_and_alternatives_around_big_pieces_are_lowered_as_rules():
     assert accepts("[[]]") and accepts("[[" + f * 50 + "]]")
     assert not accepts("[[" + f * 51 + "]]")
     assert not accepts('[["' + "b" * 69 + '",]]')
+
+
+KEY_PATTERNS = PATTERNS + ["[^x]{2,5}", ".", "[\\u0100-\\u2000]+z", "[a-c]|[b-d]x", "[\\x00-\\x7f]*", "\\d+(\\.\\d*)?"]
+
+
+@pytest.mark.parametrize("p", KEY_PATTERNS)
+def test_key_from_the_class_form_equals_the_key_of_the_full_table(p):
+    """``compile_regular`` fills ``key`` from its class table; a ByteDFA rebuilt from the full
+    table computes it from ``byte_classes``: equal languages must still give equal keys."""
+    built = compile_regular(parse_regex(p))
+    rebuilt = ByteDFA(np.array(built.table), np.array(built.accepting), built.start)
+    assert "key" not in rebuilt.__dict__
+    assert rebuilt.key == built.key
+
+
+def test_keys_of_different_languages_differ():
+    keys = {compile_regular(parse_regex(p)).key for p in KEY_PATTERNS}
+    assert len(keys) == len(set(KEY_PATTERNS))
+
+
+def test_from_transitions_minimises_a_trie():
+    # trie of "ab", "ac", "b": states 0 -a-> 1 -b-> 2, 1 -c-> 3, 0 -b-> 4; 2, 3, 4 accept
+    d = from_transitions(5, [0, 1, 1, 0], [0x61, 0x62, 0x63, 0x62], [1, 2, 3, 4], [2, 3, 4])
+    expected = compile_regular(alt([literal("ab"), literal("ac"), literal("b")]))
+    assert d.n_states == expected.n_states == 3
+    assert d.key == expected.key
+    assert [w for w in (b"ab", b"ac", b"b", b"a", b"bc", b"") if d.matches(w)] == [b"ab", b"ac", b"b"]

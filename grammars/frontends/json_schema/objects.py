@@ -167,7 +167,7 @@ def object_expr(c: "SchemaCompiler", conj: "Conjunction", *, sole: bool = True) 
             if required:
                 return NOTHING
             continue
-        member = c.add_rule(f"{rules.where}@{name}", lay.member(scalars.json_string_value(name), value))
+        member = c.add_rule(f"{rules.where}@{name}", lay.member(lay.strings((name,)), value))
         members.append(Member(name, member, required))
     known = set(names) | set(extra_names)
     extra = _extra_member(c, rules, known) if open_extra else None

@@ -56,6 +56,7 @@ __all__ = [
     "string_schema",
     "number_schema",
     "json_string_value",
+    "json_string_values",
     "json_number_value",
     "string_not_in",
     "encode_value_language",
@@ -72,6 +73,7 @@ NUMBER_KEYWORDS: frozenset[str] = frozenset(
 
 encode_value_language = _strings.encode_value_language
 json_string_value = _strings.json_string_value
+json_string_values = _strings.json_string_values
 string_not_in = _strings.string_not_in
 
 

@@ -42,7 +42,7 @@ from typing import Collection, Iterable
 
 import numpy as np
 
-from grammars.automata.byte_dfa import DEAD, ByteDFA, compile_regular, difference, minimize
+from grammars.automata.byte_dfa import DEAD, ByteDFA, compile_regular, difference, from_transitions, minimize
 from grammars.errors import LimitExceeded, UnsupportedGrammarError
 from grammars.ir import (
     EMPTY,
@@ -79,6 +79,7 @@ __all__ = [
     "encode_chars",
     "encode_value_language",
     "json_string_value",
+    "json_string_values",
     "string_not_in",
     "value_not_in",
     "length_bounded_body",
@@ -270,7 +271,83 @@ def json_string_value(value: str) -> Expr:
     A value holding a lone surrogate has no encoding here (see the module docstring): the
     result is ``NOTHING``.
     """
-    return string_token(encode_value_language(Literal(value)))
+    return json_string_values((value,))
+
+
+def json_string_values(values: Iterable[str]) -> Expr:
+    """Every JSON string token (quotes included) whose value is one of ``values``, in every
+    encoding, as one ``ByteDFA`` (``NOTHING`` when no value has an encoding).
+
+    The language equals ``string_token(encode_value_language(Literal(v)))`` over the values, but
+    it is built directly as a trie instead of through an NFA: keys and string enums are in
+    nearly every schema. The encodings of distinct characters are distinct and none is a prefix
+    of another (UTF-8 is prefix-free, escapes start with a backslash that no literal character
+    is), so the trie of every encoding of every value is deterministic as built and only
+    minimisation remains.
+    """
+    rows: list[dict[int, int]] = [{}, {}]  # 0: before the opening quote; 1: after the closing one
+    root = _trie_step(rows, 0, b'"')
+    children: dict[tuple[int, str], int] = {}
+    added = False
+    for value in values:
+        if any(0xD800 <= ord(ch) <= 0xDFFF for ch in value):
+            continue
+        node = root
+        for ch in value:
+            child = children.get((node, ch))
+            if child is None:
+                child = children[(node, ch)] = len(rows)
+                rows.append({})
+                for path in _spellings(ord(ch)):
+                    at = node
+                    for step in path[:-1]:
+                        at = _trie_step(rows, at, step)
+                    for b in path[-1]:
+                        rows[at][b] = child
+            node = child
+        rows[node][0x22] = 1
+        added = True
+    if not added:
+        return NOTHING
+    src = [q for q, row in enumerate(rows) for _ in row]
+    byte = [b for row in rows for b in row]
+    dst = [t for row in rows for t in row.values()]
+    return from_transitions(len(rows), src, byte, dst, [1])  # type: ignore[return-value]  # a ByteDFA inside the IR
+
+
+def _trie_step(rows: list[dict[int, int]], state: int, step: bytes) -> int:
+    """The state after ``step`` (interchangeable bytes, as ``"aA"`` for a hex letter) from
+    ``state``, created on first use."""
+    row = rows[state]
+    target = row.get(step[0])
+    if target is None:
+        target = len(rows)
+        rows.append({})
+        for b in step:
+            row[b] = target
+    return target
+
+
+@lru_cache(maxsize=4096)
+def _spellings(cp: int) -> tuple[tuple[bytes, ...], ...]:
+    """The encodings of one value character inside a JSON string body (as ``_encode_one`` with
+    every escape), each a path of steps of interchangeable bytes."""
+    c = chr(cp)
+    paths: list[tuple[bytes, ...]] = []
+    if UNESCAPED.contains(cp):
+        paths.append(tuple(bytes((b,)) for b in c.encode("utf-8")))
+    short = _SHORT_ESCAPES.get(c)
+    if short is not None:
+        paths.append((b"\\", short.encode()))
+    units = [cp] if cp <= 0xFFFF else [0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF)]
+    path: list[bytes] = []
+    for unit in units:
+        path += [b"\\", b"u"]
+        for shift in (12, 8, 4, 0):
+            digit = "0123456789abcdef"[(unit >> shift) & 0xF]
+            path.append((digit + digit.upper()).encode() if digit.isalpha() else digit.encode())
+    paths.append(tuple(path))
+    return tuple(paths)
 
 
 def value_not_in(values: Iterable[str]) -> Expr:
@@ -324,8 +401,8 @@ def string_not_in(values: Collection[str]) -> Expr:
     names = sorted({v for v in values if not any(0xD800 <= ord(c) <= 0xDFFF for c in v)})
     if not names:
         return STRING_TOKEN
-    excluded = compile_regular(alt(json_string_value(v) for v in names))
-    out = difference(_STRING_TOKEN_DFA, excluded)
+    excluded = json_string_values(names)
+    out = difference(_STRING_TOKEN_DFA, excluded)  # type: ignore[arg-type]
     return NOTHING if out.is_empty_language else out  # type: ignore[return-value]  # a ByteDFA inside the IR
 
 

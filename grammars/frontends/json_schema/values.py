@@ -36,6 +36,19 @@ class Layout:
         self.ws: Expr = repeat(WS_CHARS, 0, options.max_whitespace) if flexible else EMPTY
         self.comma: Expr = seq([self.ws, Literal(","), self.ws])
         self.colon: Expr = seq([self.ws, Literal(":"), self.ws])
+        self._strings: dict[tuple[str, ...], Expr] = {}
+
+    def strings(self, values: tuple[str, ...]) -> Expr:
+        """Every JSON string token whose value is one of ``values`` (a key, a string enum).
+
+        Memoised per layout, i.e. per compile: the result is a ``ByteDFA``, which compares by
+        identity, so the same key met in several objects must be the same object for equal
+        members to stay equal (and be compiled once).
+        """
+        out = self._strings.get(values)
+        if out is None:
+            out = self._strings[values] = scalars.json_string_values(values)
+        return out
 
     def document(self, value: Expr) -> Expr:
         """The whole text: the top value with optional whitespace around it."""
@@ -131,8 +144,13 @@ def dedupe(values: Iterable[Any]) -> list[Any]:
 
 
 def literal_values(values: Iterable[Any], layout: Layout) -> Expr:
-    """Every JSON text equal to one of ``values``."""
-    return alt(literal_value(v, layout) for v in dedupe(values))
+    """Every JSON text equal to one of ``values``; the strings among them as one trie."""
+    values = dedupe(values)
+    strings = tuple(v for v in values if isinstance(v, str))
+    if len(strings) < 2:
+        return alt(literal_value(v, layout) for v in values)
+    others = [literal_value(v, layout) for v in values if not isinstance(v, str)]
+    return alt([layout.strings(strings), *others])
 
 
 def literal_value(value: Any, layout: Layout) -> Expr:
@@ -146,11 +164,11 @@ def literal_value(value: Any, layout: Layout) -> Expr:
     if isinstance(value, (int, float)):
         return scalars.json_number_value(value)
     if isinstance(value, str):
-        return scalars.json_string_value(value)
+        return layout.strings((value,))
     if isinstance(value, list):
         return layout.array(layout.elements(literal_value(v, layout) for v in value))
     members = [
-        layout.member(scalars.json_string_value(k), literal_value(v, layout)) for k, v in value.items()
+        layout.member(layout.strings((k,)), literal_value(v, layout)) for k, v in value.items()
     ]
     if 1 < len(members) <= MAX_PERMUTED_MEMBERS:
         return layout.object(alt(layout.elements(order) for order in permutations(members)))

@@ -18,7 +18,7 @@ from grammars.automata.byte_dfa import ByteDFA, compile_regular, intersect
 from grammars.errors import UnsupportedSchemaError
 from grammars.frontends.json_schema import scalars, strings
 from grammars.frontends.regex import parse_regex
-from grammars.ir import NOTHING, Repeat
+from grammars.ir import NOTHING, Literal, Repeat, alt
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -112,6 +112,21 @@ def test_json_string_value_accepts_exactly_the_value(pair, other):
 
 def test_json_string_value_with_lone_surrogate_is_nothing():
     assert scalars.json_string_value("a\ud800") == NOTHING
+
+
+@FAST
+@given(vals=st.lists(values, min_size=1, max_size=5))
+@example(vals=["", "a", "ab", "\U0001f600", '"\\/'])
+def test_json_string_values_trie_equals_the_encoded_expression(vals):
+    """The directly built trie and the NFA of every encoding give one minimal DFA (equal keys)."""
+    expected = compile_regular(alt(strings.string_token(strings.encode_value_language(Literal(v))) for v in vals))
+    assert strings.json_string_values(vals).key == expected.key
+
+
+def test_json_string_values_skips_values_without_an_encoding():
+    assert strings.json_string_values(["a\ud800"]) == NOTHING
+    d = strings.json_string_values(["a\ud800", "b"])
+    assert [v for v in ["a", "b", "ab"] if d.matches(json.dumps(v).encode())] == ["b"]
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
