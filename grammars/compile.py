@@ -174,7 +174,7 @@ class Compiler:
     def _compile_dfa(self, expr):
         dfa = self._dfa_cache.get(expr)
         if dfa is None:
-            dfa = compile_regular(expr, self.limits, self._compile_dfa)
+            dfa = compile_regular(expr, self.limits, self._compile_dfa, self._dfa_cache.get)
             self._dfa_cache.put(expr, dfa)
         return dfa
 

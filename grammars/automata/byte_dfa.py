@@ -265,9 +265,10 @@ class _NFA:
     ``edges[s]`` are relative to ``offset[s]``.
     """
 
-    __slots__ = ("eps", "edges", "offset", "limit", "limits", "sub", "built")
+    __slots__ = ("eps", "edges", "offset", "limit", "limits", "sub", "known", "built")
 
-    def __init__(self, limits: Limits, sub: "Callable[[Expr], ByteDFA] | None" = None):
+    def __init__(self, limits: Limits, sub: "Callable[[Expr], ByteDFA] | None" = None,
+                 known: "Callable[[Expr], ByteDFA | None] | None" = None):
         self.eps: list[list[int]] = []
         self.edges: list[list[tuple[int, int, int]]] = []
         self.offset: list[int] = []
@@ -276,6 +277,7 @@ class _NFA:
         self.limits = limits
         self.limit = limits.max_nfa_states
         self.sub = sub
+        self.known = known
 
     def _overflow(self) -> LimitExceeded:
         return LimitExceeded(
@@ -312,10 +314,16 @@ class _NFA:
     def build(self, expr: Expr, root: bool = False) -> tuple[int, int]:
         """The fragment of ``expr``; below the ``root``, repetitions come from ``sub`` when given.
 
-        A small sequence or alternative met again (the encodings of one character recur in
-        every key that contains it) is copied from a snapshot of its first build.
+        A sequence or alternative below the root that ``known`` already has a DFA for (a member
+        compiled as a terminal, met again behind a comma) is embedded as that DFA. A small one
+        met again (the encodings of one character recur in every key that contains it) is
+        copied from a snapshot of its first build.
         """
         if isinstance(expr, (Seq, Alt)):
+            if self.known is not None and not root:
+                dfa = self.known(expr)
+                if dfa is not None:
+                    return self.dfa(dfa)
             snap = self.built.get(expr)
             if snap is not None:
                 return self._replay(snap)
@@ -844,7 +852,8 @@ def _finish(table: np.ndarray, accepting: np.ndarray, start: int, byte_to_class:
 # public API
 
 
-def compile_regular(expr: Expr, limits: Limits = Limits(), sub: Callable[[Expr], ByteDFA] | None = None) -> ByteDFA:
+def compile_regular(expr: Expr, limits: Limits = Limits(), sub: Callable[[Expr], ByteDFA] | None = None,
+                    known: Callable[[Expr], ByteDFA | None] | None = None) -> ByteDFA:
     """Compile a regular IR expression (no ``Ref``) to its minimal, trimmed byte DFA.
 
     ``Chars`` match one code point encoded as UTF-8 (only valid, shortest-form encodings).
@@ -855,8 +864,10 @@ def compile_regular(expr: Expr, limits: Limits = Limits(), sub: Callable[[Expr],
     ``sub`` (a memoised ``compile_regular``, as ``Compiler`` passes) compiles the repetitions
     below the root: the flexible whitespace or string body that recurs in every terminal of a
     grammar is then determinised once and embedded as a small DFA, not unrolled again.
+    ``known`` (a cache lookup) gives the DFAs already compiled for sequences and alternatives
+    below the root, embedded instead of rebuilt.
     """
-    nfa = _NFA(limits, sub)
+    nfa = _NFA(limits, sub, known)
     start, final = nfa.build(expr, root=True)
     table, accepting, b2c = _determinize(nfa, start, final, limits.max_dfa_states)
     return _finish(table, accepting, 0, b2c)

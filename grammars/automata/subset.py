@@ -63,13 +63,17 @@ def _subset(n_nfa, start, final, k, eps_start, eps_to, important, edge_start, e_
     stack = np.empty(n_nfa, np.int64)
     scratch = np.empty(n_nfa, np.int64)
     mark = 1
-    # interned sets: members in buf[off[d]:off[d + 1]]
-    buf = np.empty(max(1024, 4 * n_nfa), np.int64)
-    off = np.zeros(1025, np.int64)
-    hashes = np.empty(1024, np.uint64)
-    slots = np.full(2048, -1, np.int64)
-    table = np.full((1024, k), -1, np.int32)
-    accepting = np.zeros(1024, np.bool_)
+    # interned sets: members in buf[off[d]:off[d + 1]]; per-state arrays start at about the
+    # NFA's size (a terminal's DFA is rarely larger) and double when full
+    cap = 64
+    while cap < n_nfa and cap < 1024:
+        cap *= 2
+    buf = np.empty(max(cap, 4 * n_nfa), np.int64)
+    off = np.zeros(cap + 1, np.int64)
+    hashes = np.empty(cap, np.uint64)
+    slots = np.full(2 * cap, -1, np.int64)
+    table = np.full((cap, k), -1, np.int32)
+    accepting = np.zeros(cap, np.bool_)
     # per-class buckets of move targets
     count = np.zeros(k + 1, np.int64)
     fill = np.zeros(k, np.int64)

@@ -201,3 +201,19 @@ def test_from_transitions_minimises_a_trie():
     assert d.n_states == expected.n_states == 3
     assert d.key == expected.key
     assert [w for w in (b"ab", b"ac", b"b", b"a", b"bc", b"") if d.matches(w)] == [b"ab", b"ac", b"b"]
+
+
+def test_known_sequences_are_embedded_as_their_dfas():
+    """A member compiled as a terminal and met again behind a comma is embedded, not rebuilt:
+    same language, and the lookup is asked for the inner sequence."""
+    member = seq([literal('"k"'), literal(":"), alt([literal("1"), literal("22")])])
+    inner = compile_regular(member)
+    asked = []
+
+    def known(expr):
+        asked.append(expr)
+        return inner if expr == member else None
+
+    with_known = compile_regular(seq([literal(","), member]), known=known)
+    assert member in asked
+    assert with_known.key == compile_regular(seq([literal(","), member])).key
