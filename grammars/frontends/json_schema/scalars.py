@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 from grammars.automata.byte_dfa import ByteDFA, compile_regular, intersect
@@ -111,7 +112,7 @@ def string_schema(
     if "format" in schema:
         language = _format(schema["format"], pointer)
         if language is not None:
-            bodies.append(("format", _strings.encode_value_language(language, "minimal")))
+            bodies.append(("format", _format_body(schema["format"])))
 
     def note(fitted: int) -> None:
         if narrowed is not None:
@@ -132,7 +133,7 @@ def string_schema(
     body: ByteDFA | None = None
     try:
         for keyword, expr in bodies:
-            dfa = compile_regular(expr)
+            dfa = expr if isinstance(expr, ByteDFA) else compile_regular(expr)
             body = dfa if body is None else intersect(body, dfa)
     except LimitExceeded as exc:
         raise UnsupportedSchemaError(keyword, pointer, str(exc)) from None
@@ -176,6 +177,21 @@ def _pattern(pattern: Any, pointer: str) -> Expr:
         raise UnsupportedSchemaError("pattern", pointer, f"invalid regular expression: {exc.message}") from None
     except UnsupportedGrammarError as exc:
         raise UnsupportedSchemaError("pattern", pointer, str(exc)) from None
+
+
+@lru_cache(maxsize=64)
+def _format_body(name: str) -> Expr:
+    """The string bodies of a supported, enforced ``format``, compiled once per process: a format
+    is a constant of the dialect (as the string token is), met in schema after schema, and its
+    DFA is then embedded in each terminal instead of rebuilt from a large expression. The
+    expression itself when its DFA exceeds the default limits (then it is compiled as part of
+    its terminal, under the compiler's limits)."""
+    language = _formats.format_language(name)
+    expr = _strings.encode_value_language(language, "minimal")
+    try:
+        return compile_regular(expr)
+    except LimitExceeded:
+        return expr
 
 
 def _format(name: Any, pointer: str) -> Expr | None:

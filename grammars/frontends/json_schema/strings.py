@@ -26,9 +26,8 @@ forbids them), the IR cannot represent them, and rejecting them only narrows wha
 Lengths therefore count scalar values, with a surrogate-pair escape as one character, as
 ``len(json.loads(token))`` does.
 
-Length bounds count characters: ``Repeat(STRING_CHAR, min, max)`` for small bounds, and from 32
-characters on the same minimal DFA built directly and embedded (``length_bounded_body``). Its
-byte DFA needs ``STATES_PER_CHARACTER`` (20) states per counted character, so bounds are limited
+Length bounds count characters: the minimal DFA of ``Repeat(STRING_CHAR, min, max)``, built
+directly and embedded (``length_bounded_body``). Its byte DFA needs ``STATES_PER_CHARACTER`` (20) states per counted character, so bounds are limited
 to ``MAX_LENGTH_STATES`` states (``max_counted_length()`` = 500 characters for unrestricted
 strings). ``restrict_length`` intersects any body automaton with a length bound through an
 implicit character counter and only pays for the states that are reachable.
@@ -133,8 +132,12 @@ def _u_escape(lo: int, hi: int) -> Expr:
     return seq([Literal("\\u"), hex4_range(lo, hi)])
 
 
+@lru_cache(maxsize=4096)
 def encode_chars(cs: Chars, escapes: Escapes = "all") -> Expr:
     """Every encoding, inside a JSON string body, of one character from ``cs``.
+
+    Memoised (a pure function of a character class; ``\\d``, ``[a-z]`` and ``.`` recur in
+    every format and pattern): a class's ``\\u`` forms are a hex-digit trie per range.
 
     ``escapes="all"``: every encoding RFC 8259 allows. ``escapes="minimal"``: printable ASCII
     only as itself (``"`` and ``\\`` only as ``\\"`` and ``\\\\``), control characters only
@@ -400,7 +403,7 @@ def string_not_in(values: Collection[str]) -> Expr:
     """
     names = sorted({v for v in values if not any(0xD800 <= ord(c) <= 0xDFFF for c in v)})
     if not names:
-        return STRING_TOKEN
+        return _STRING_TOKEN_DFA  # type: ignore[return-value]  # a ByteDFA inside the IR
     excluded = json_string_values(names)
     out = difference(_STRING_TOKEN_DFA, excluded)  # type: ignore[arg-type]
     return NOTHING if out.is_empty_language else out  # type: ignore[return-value]  # a ByteDFA inside the IR
@@ -440,11 +443,11 @@ def max_counted_length(states_per_character: int = STATES_PER_CHARACTER) -> int:
 def length_bounded_body(min_length: int, max_length: int | None) -> Expr:
     """Bodies of ``min_length..max_length`` characters (``None``: unbounded), any characters.
 
-    Small bounds stay IR (``Repeat(STRING_CHAR, min, max)``); from ``_IR_LENGTH_LIMIT`` counted
-    characters on, the minimal DFA is built directly (layers of the character automaton, no
-    subset construction or minimisation) and embedded as a ``ByteDFA``, which the compiler
-    lowers about three times faster than the repetition. Raises ``LimitExceeded`` when the
-    automaton would exceed ``MAX_LENGTH_STATES`` states.
+    The minimal DFA is built directly (layers of the character automaton, no subset
+    construction or minimisation), once per bound and process, and embedded as a ``ByteDFA``:
+    the compiler lowers it several times faster than the repetition, which every schema with a
+    string field would otherwise compile again. Raises ``LimitExceeded`` when the automaton
+    would exceed ``MAX_LENGTH_STATES`` states.
     """
     if max_length is not None and max_length < min_length:
         return NOTHING
@@ -457,15 +460,7 @@ def length_bounded_body(min_length: int, max_length: int | None) -> Expr:
             f"a string length bound of {counted} characters needs about {need} byte-DFA states "
             f"(more than MAX_LENGTH_STATES={MAX_LENGTH_STATES})",
         )
-    if min_length == 0 and max_length is None:
-        return STRING_BODY
-    if counted < _IR_LENGTH_LIMIT:
-        return Repeat(STRING_CHAR, min_length, max_length)
     return _length_dfa(min_length, max_length)  # type: ignore[return-value]  # a ByteDFA inside the IR
-
-
-#: below this many counted characters a length bound stays a ``Repeat`` in the IR
-_IR_LENGTH_LIMIT = 32
 
 
 @lru_cache(maxsize=64)
