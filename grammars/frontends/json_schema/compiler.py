@@ -33,6 +33,7 @@ Dialects: keywords of every draft from 4 to 2020-12 are understood (``definition
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Iterable
 
 from grammars.errors import (
@@ -736,19 +737,32 @@ class SchemaCompiler:
                     raise
 
 
+@lru_cache(maxsize=256)
 def _with_zero_fractions(ints: Expr) -> Expr:
     """Integer texts plus, for those of at most 15 digits, ``.0``, ``.00``, ...: from draft 6 on
     ``1.0`` is an integer. Python reads it as a ``float``, which is exact up to 15 digits, so
-    bounds and ``multipleOf`` judge it as they judge ``1``; longer texts keep the integer form."""
+    bounds and ``multipleOf`` judge it as they judge ``1``; longer texts keep the integer form.
+
+    Memoised (a pure function of the integer expression; most schemas' integers are unbounded or
+    share a few bounds), as is the constant automaton of short integers it intersects with."""
     from grammars.automata.byte_dfa import compile_regular, intersect
-    from grammars.frontends.json_schema.numbers import DIGIT, NONZERO_DIGIT, ROUND_TRIP_DIGITS
     from grammars.ir import repeat, seq
 
-    short = seq([repeat(Literal("-"), 0, 1), alt([Literal("0"), seq([NONZERO_DIGIT, repeat(DIGIT, 0, ROUND_TRIP_DIGITS - 1)])])])
-    dfa = intersect(compile_regular(ints), compile_regular(short))
+    dfa = intersect(compile_regular(ints), _short_integers())
     if dfa.is_empty_language:
         return ints
     return alt([ints, seq([dfa, Literal("."), repeat(Literal("0"), 1, None)])])
+
+
+@lru_cache(maxsize=1)
+def _short_integers():
+    """Integer texts of at most ``ROUND_TRIP_DIGITS`` digits."""
+    from grammars.automata.byte_dfa import compile_regular
+    from grammars.frontends.json_schema.numbers import DIGIT, NONZERO_DIGIT, ROUND_TRIP_DIGITS
+    from grammars.ir import repeat, seq
+
+    digits = alt([Literal("0"), seq([NONZERO_DIGIT, repeat(DIGIT, 0, ROUND_TRIP_DIGITS - 1)])])
+    return compile_regular(seq([repeat(Literal("-"), 0, 1), digits]))
 
 
 def _gaps(keywords: dict, excluded: list, where: str) -> list[dict]:
