@@ -867,6 +867,8 @@ def compile_regular(expr: Expr, limits: Limits = Limits(), sub: Callable[[Expr],
     ``known`` (a cache lookup) gives the DFAs already compiled for sequences and alternatives
     below the root, embedded instead of rebuilt.
     """
+    if isinstance(expr, ByteDFA):  # a pre-compiled piece standing alone: no NFA round trip
+        return minimize(expr)
     nfa = _NFA(limits, sub, known)
     start, final = nfa.build(expr, root=True)
     table, accepting, b2c = _determinize(nfa, start, final, limits.max_dfa_states)

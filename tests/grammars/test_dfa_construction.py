@@ -218,3 +218,16 @@ def test_known_sequences_are_embedded_as_their_dfas():
     with_known = compile_regular(behind_comma, known=known)
     assert member in asked
     assert with_known.key == compile_regular(behind_comma).key
+
+
+def test_a_precompiled_dfa_at_the_root_is_minimised_not_rebuilt():
+    """A table built directly may hold equivalent states; compiling it alone gives the minimal
+    DFA of its language (what an NFA round trip gave), with the same key."""
+    reference = compile_regular(parse_regex("(ab)*"))
+    # (ab)* unrolled once: states 0 -a-> 1 -b-> 2 -a-> 3 -b-> 2, with 0 and 2 equivalent
+    table = np.full((4, 256), -1, dtype=np.int32)
+    table[0, ord("a")], table[1, ord("b")], table[2, ord("a")], table[3, ord("b")] = 1, 2, 3, 2
+    redundant = ByteDFA(table, np.array([True, False, True, False]), 0)
+    compiled = compile_regular(redundant)
+    assert compiled.n_states == reference.n_states == 2
+    assert compiled.key == reference.key
