@@ -153,7 +153,8 @@ class ByteDFA:
         keep = tgts >= 0
         rows, starts, ends, tgts = rows[keep], starts[keep].tolist(), ends[keep].tolist(), tgts[keep].tolist()
         bounds = np.searchsorted(rows, np.arange(n + 1)).tolist()
-        runs = [list(zip(starts[a:b], ends[a:b], tgts[a:b])) for a, b in zip(bounds, bounds[1:])]
+        triples = list(zip(starts, ends, tgts))  # one pass in C, then a slice per state
+        runs = [triples[a:b] for a, b in zip(bounds, bounds[1:])]
         return runs, np.nonzero(self.accepting)[0].tolist()
 
     # -- running ------------------------------------------------------------------------
