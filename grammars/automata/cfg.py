@@ -32,6 +32,13 @@ ALONE_STATES = 256
 #: A bounded repetition of an item whose DFA has more states than this, big as a whole, is
 #: lowered as a repetition of rules (``_Lowering._structural``), not unrolled into one terminal.
 REPEATED_ITEM_STATES = 64
+#: IR nodes a pre-compiled DFA counts per state in ``_size``. An expression has about 2.5 (a key)
+#: to 10 (a string body, a format) nodes per state of its DFA, but a rule inlined with a DFA
+#: copies it into every terminal of every alternative it lands in (an any-order object's
+#: states), so DFAs count heavier than their expressions did: on the 600-file MaskBench sample,
+#: 16-32 gave TTFM p50 19-21 ms and TBM p99 0.9-1.05 ms, 8 gave 24 ms, 4 (about the
+#: expressions' own weight) 26 ms; counting a DFA as one node built 2,400-state terminals
+DFA_STATE_NODES = 32
 #: Alternatives are compiled to test their size only from this many IR nodes on.
 ALONE_MIN_SIZE = 64
 #: A production with more nullable symbols than this is split before epsilon elimination,
@@ -483,10 +490,11 @@ def _size(expr: Expr, cap: int | None = None) -> int:
     """IR nodes of ``expr`` with bounded repetitions unrolled (up to 64 copies); with ``cap``, any
     value above ``cap`` once the count passes it.
 
-    A pre-compiled ``ByteDFA`` of more than ``ALONE_STATES`` states counts as over the inlining
-    budget: it is one node but a big terminal (a long counted string), and a rule inlined with
-    it into an alternative (an any-order object's next member) would copy it into one
-    terminal per alternative instead of standing alone (``_run_symbols``)."""
+    A pre-compiled ``ByteDFA`` counts ``DFA_STATE_NODES`` per state, and one of more than
+    ``ALONE_STATES`` states as over the inlining budget: it is one node but a big terminal (a
+    long counted string), and a rule inlined with it into an alternative (an any-order object's
+    next member) would copy it into one terminal per alternative instead of standing alone
+    (``_run_symbols``)."""
     total = 0
     stack: list[tuple[Expr, int]] = [(expr, 1)]
     while stack:
@@ -503,6 +511,8 @@ def _size(expr: Expr, cap: int | None = None) -> int:
             total += weight * len(e.text)
         elif getattr(e, "n_states", 0) > ALONE_STATES:
             total += weight * (INLINE_BUDGET + 1)
+        elif hasattr(e, "n_states"):
+            total += weight * (e.n_states * DFA_STATE_NODES - 1)
     return total
 
 

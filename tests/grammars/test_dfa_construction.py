@@ -231,3 +231,30 @@ def test_a_precompiled_dfa_at_the_root_is_minimised_not_rebuilt():
     compiled = compile_regular(redundant)
     assert compiled.n_states == reference.n_states == 2
     assert compiled.key == reference.key
+
+
+def test_rules_holding_small_dfas_are_not_copied_into_every_alternative(monkeypatch):
+    """Keys, string bodies and formats arrive as small pre-compiled DFAs. Counted as one IR node
+    each, every member rule of an any-order object was inlined into every alternative of every
+    state, and the states became terminals of thousands of states; weighted per DFA state, the
+    members stay rules, each one terminal."""
+    import grammars.automata.cfg as cfg
+
+    pieces = [b"a", b"b", b'"', b":", b"{", b"}", b",", b"x", b"y", b"z"]
+    vocab = TokenVocabulary.from_bytes(pieces + [b""], eos_token_ids=[len(pieces)], special_token_ids=[len(pieces)])
+    body = compile_regular(repeat(chars("ab"), 0, 40))  # a counted string: 41 states
+    rules = {f"m{k}": seq([compile_regular(literal(f'"{k}"')), literal(":"), literal('"'), body, literal('"')])
+             for k in "xyz"}
+    rules["next"] = alt([seq([Ref(f"m{k}"), literal(",")]) for k in "xyz"])
+    rules["root"] = seq([literal("{"), Ref("next"), Ref("next"), Ref("next"), Ref("mx"), literal("}")])
+
+    def largest_terminal() -> int:
+        g = Compiler(vocab).compile_grammar(Grammar.of(rules, "root"))
+        text = '{"y":"ab","z":"","x":"' + "b" * 40 + '","x":"a"}'
+        m, data = g.matcher(), [pieces.index(bytes([c])) for c in text.encode()]
+        assert m.try_advance(data) == len(data) and m.is_accepting()
+        return max(t.n_states for t in g._cfg.terminals)
+
+    assert largest_terminal() < 60  # one member and its comma
+    monkeypatch.setattr(cfg, "DFA_STATE_NODES", 1)
+    assert largest_terminal() > 120  # members copied into the alternatives' terminals
