@@ -737,14 +737,35 @@ class SchemaCompiler:
                     raise
 
 
-@lru_cache(maxsize=256)
 def _with_zero_fractions(ints: Expr) -> Expr:
     """Integer texts plus, for those of at most 15 digits, ``.0``, ``.00``, ...: from draft 6 on
     ``1.0`` is an integer. Python reads it as a ``float``, which is exact up to 15 digits, so
     bounds and ``multipleOf`` judge it as they judge ``1``; longer texts keep the integer form.
 
-    Memoised (a pure function of the integer expression; most schemas' integers are unbounded or
-    share a few bounds), as is the constant automaton of short integers it intersects with."""
+    Memoised for range expressions (a pure function of the bounds; most schemas' integers are
+    unbounded or share a few bounds); a ``multipleOf`` automaton, compared by identity and
+    possibly large, is not kept."""
+    from grammars.automata.byte_dfa import ByteDFA
+    from grammars.ir import Alt, Repeat, Seq
+
+    stack = [ints]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ByteDFA):
+            return _zero_fractions(ints)
+        if isinstance(e, (Seq, Alt)):
+            stack.extend(e.items)
+        elif isinstance(e, Repeat):
+            stack.append(e.item)
+    return _zero_fractions_of_range(ints)
+
+
+@lru_cache(maxsize=256)
+def _zero_fractions_of_range(ints: Expr) -> Expr:
+    return _zero_fractions(ints)
+
+
+def _zero_fractions(ints: Expr) -> Expr:
     from grammars.automata.byte_dfa import compile_regular, intersect
     from grammars.ir import repeat, seq
 
