@@ -213,43 +213,26 @@ def _language_key(start: int, class_table: np.ndarray, byte_to_class: np.ndarray
 
 @njit(cache=True, nogil=True)
 def _canonical_classes(class_table, byte_to_class):  # pragma: no cover - jitted
-    """Merge equal columns of a class table and number the classes by first byte: the form
-    ``byte_classes`` gives for the expanded table, from ``k`` columns instead of 256."""
-    n, k = class_table.shape
-    hashes = np.full(k, np.uint64(0xCBF29CE484222325))
-    for q in range(n):
-        for c in range(k):
-            hashes[c] = (hashes[c] ^ np.uint64(class_table[q, c] + 1)) * np.uint64(0x100000001B3)
-    canon = np.full(k, -1, np.int64)  # class -> canonical class
-    reps = np.empty(k, np.int64)  # canonical class -> a class holding its column
+    """Merge equal columns of a class table (``_column_classes``) and number the merged classes
+    by first byte: the form ``byte_classes`` gives for the expanded table, from ``k`` columns
+    instead of 256."""
+    column_class, reps = _column_classes(class_table)
+    rank = np.full(reps.shape[0], -1, np.int64)
+    order = np.empty(reps.shape[0], np.int64)
     m = 0
     out_b2c = np.empty(256, np.int64)
     for b in range(256):
-        c = byte_to_class[b]
-        if canon[c] < 0:
-            found = -1
-            for j in range(m):
-                r = reps[j]
-                if hashes[r] != hashes[c]:
-                    continue
-                same = True
-                for q in range(n):
-                    if class_table[q, r] != class_table[q, c]:
-                        same = False
-                        break
-                if same:
-                    found = j
-                    break
-            if found < 0:
-                found = m
-                reps[m] = c
-                m += 1
-            canon[c] = found
-        out_b2c[b] = canon[c]
+        g = column_class[byte_to_class[b]]
+        if rank[g] < 0:
+            rank[g] = m
+            order[m] = reps[g]
+            m += 1
+        out_b2c[b] = rank[g]
+    n = class_table.shape[0]
     out = np.empty((n, m), np.int32)
     for q in range(n):
         for j in range(m):
-            out[q, j] = class_table[q, reps[j]]
+            out[q, j] = class_table[q, order[j]]
     return out, out_b2c
 
 
@@ -890,21 +873,22 @@ def byte_classes(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @njit(cache=True, nogil=True)
 def _column_classes(table):  # pragma: no cover - jitted
-    """(class of each byte, first byte of each class): equal columns share a class.
+    """(class of each column, first column of each class): equal columns share a class. For a
+    byte table the columns are the 256 bytes; for a class table, the classes.
 
     Columns are hashed in row order (the table is row-major: reading a column touches one cache
     line per state) and grouped by hash; one more row-order pass checks each column against its
     class's first. A hash collision between unequal columns, which that pass finds, regroups
     with every column compared in full.
     """
-    n = table.shape[0]
-    hashes = np.full(256, np.uint64(0xCBF29CE484222325))
+    n, width = table.shape
+    hashes = np.full(width, np.uint64(0xCBF29CE484222325))
     for q in range(n):
-        for b in range(256):
+        for b in range(width):
             hashes[b] = (hashes[b] ^ np.uint64(table[q, b] + 1)) * np.uint64(0x100000001B3)
     b2c, reps = _group_columns(table, hashes, False)
     for q in range(n):
-        for b in range(256):
+        for b in range(width):
             if table[q, b] != table[q, reps[b2c[b]]]:
                 return _group_columns(table, hashes, True)
     return b2c, reps
@@ -912,12 +896,13 @@ def _column_classes(table):  # pragma: no cover - jitted
 
 @njit(cache=True, nogil=True)
 def _group_columns(table, hashes, compare):  # pragma: no cover - jitted
-    """Bytes grouped by column hash (and, with ``compare``, by the columns themselves), classes
-    numbered by first byte."""
-    b2c = np.empty(256, np.int64)
-    reps = np.empty(256, np.int64)
+    """Columns grouped by hash (and, with ``compare``, by the columns themselves), classes
+    numbered by first column."""
+    width = table.shape[1]
+    b2c = np.empty(width, np.int64)
+    reps = np.empty(width, np.int64)
     k = 0
-    for b in range(256):
+    for b in range(width):
         found = -1
         for c in range(k):
             r = reps[c]

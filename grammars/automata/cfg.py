@@ -490,11 +490,10 @@ def _size(expr: Expr, cap: int | None = None) -> int:
     """IR nodes of ``expr`` with bounded repetitions unrolled (up to 64 copies); with ``cap``, any
     value above ``cap`` once the count passes it.
 
-    A pre-compiled ``ByteDFA`` counts ``DFA_STATE_NODES`` per state, and one of more than
-    ``ALONE_STATES`` states as over the inlining budget: it is one node but a big terminal (a
-    long counted string), and a rule inlined with it into an alternative (an any-order object's
-    next member) would copy it into one terminal per alternative instead of standing alone
-    (``_run_symbols``)."""
+    A pre-compiled ``ByteDFA`` is one node but counts ``DFA_STATE_NODES`` per state (one of 32
+    states or more is over the inlining budget): a rule inlined with it into an alternative (an
+    any-order object's next member) would copy it into one terminal per alternative instead of
+    standing alone (``_run_symbols``)."""
     total = 0
     stack: list[tuple[Expr, int]] = [(expr, 1)]
     while stack:
@@ -509,8 +508,6 @@ def _size(expr: Expr, cap: int | None = None) -> int:
             stack.append((e.item, weight * max(1, min(copies, 64))))
         elif isinstance(e, Literal):
             total += weight * len(e.text)
-        elif getattr(e, "n_states", 0) > ALONE_STATES:
-            total += weight * (INLINE_BUDGET + 1)
         elif hasattr(e, "n_states"):
             total += weight * (e.n_states * DFA_STATE_NODES - 1)
     return total

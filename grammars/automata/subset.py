@@ -202,7 +202,7 @@ def _subset(n_nfa, start, final, k, eps_start, eps_to, important, edge_start, e_
 
 
 @njit(cache=True, nogil=True)
-def _determinize(n_nfa, start, final, eps_len, eps_to, edge_len, flat, offset, max_states):  # pragma: no cover - jitted
+def _subset_of_lists(n_nfa, start, final, eps_len, eps_to, edge_len, flat, offset, max_states):  # pragma: no cover - jitted
     """CSR offsets, absolute edge targets and byte classes from the flattened lists, then
     ``_subset``: one compiled call instead of a dozen small numpy ones per terminal."""
     eps_start = np.zeros(n_nfa + 1, np.int64)
@@ -256,7 +256,7 @@ def subset_construction(eps: list[list[int]], edges: list[list[tuple[int, int, i
     edge_len = np.fromiter(map(len, edges), dtype=np.int64, count=n_nfa)
     eps_to = np.fromiter(chain.from_iterable(eps), dtype=np.int64)
     flat = np.fromiter(chain.from_iterable(chain.from_iterable(edges)), dtype=np.int64)
-    table, accepting, byte_to_class, ok = _determinize(
+    table, accepting, byte_to_class, ok = _subset_of_lists(
         n_nfa, start, final, eps_len, eps_to, edge_len, flat, np.fromiter(offset, dtype=np.int64, count=n_nfa),
         max_states)
     if not ok:

@@ -11,7 +11,7 @@ Encodings of one value character ``c`` (RFC 8259 section 7):
 
 * ``c`` itself, unless it is ``"``, ``\\`` or a control character U+0000-U+001F;
 * a two-character escape: ``\\"`` ``\\\\`` ``\\/`` ``\\b`` ``\\f`` ``\\n`` ``\\r`` ``\\t``;
-* ``\\uXXXX`` with four hex digits in either case, for ``c`` in the BMP;
+* ``\\u`` and four hex digits in either case, for ``c`` in the BMP;
 * ``\\uD8xx\\uDCxx``, a surrogate pair (either case), for ``c`` above U+FFFF: one character.
 
 Exception, to bound automaton size: a character class with more than ``MAX_ESCAPED_RANGES``
@@ -333,23 +333,18 @@ def _trie_step(rows: list[dict[int, int]], state: int, step: bytes) -> int:
 
 @lru_cache(maxsize=4096)
 def _spellings(cp: int) -> tuple[tuple[bytes, ...], ...]:
-    """The encodings of one value character inside a JSON string body (as ``_encode_one`` with
-    every escape), each a path of steps of interchangeable bytes."""
-    c = chr(cp)
+    """``_encode_one(cp, "all")`` as byte paths for ``json_string_values``' trie: one path per
+    encoding, each step the interchangeable bytes at that position (``b"aA"`` for a hex letter)."""
+    encoded = _encode_one(cp, "all")
     paths: list[tuple[bytes, ...]] = []
-    if UNESCAPED.contains(cp):
-        paths.append(tuple(bytes((b,)) for b in c.encode("utf-8")))
-    short = _SHORT_ESCAPES.get(c)
-    if short is not None:
-        paths.append((b"\\", short.encode()))
-    units = [cp] if cp <= 0xFFFF else [0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF)]
-    path: list[bytes] = []
-    for unit in units:
-        path += [b"\\", b"u"]
-        for shift in (12, 8, 4, 0):
-            digit = "0123456789abcdef"[(unit >> shift) & 0xF]
-            path.append((digit + digit.upper()).encode() if digit.isalpha() else digit.encode())
-    paths.append(tuple(path))
+    for spelling in encoded.items if isinstance(encoded, Alt) else (encoded,):
+        steps: list[bytes] = []
+        for item in spelling.items if isinstance(spelling, Seq) else (spelling,):
+            if isinstance(item, Literal):
+                steps.extend(bytes((b,)) for b in item.text.encode("utf-8"))
+            else:  # a Chars of ASCII hex letters in either case
+                steps.append(bytes(c for lo, hi in item.ranges for c in range(lo, hi + 1)))  # type: ignore[union-attr]
+        paths.append(tuple(steps))
     return tuple(paths)
 
 
