@@ -299,7 +299,7 @@ class _RegexParser:
         if ch == "\\":
             item = self._escape(in_class=False)
             if isinstance(item, DialectChars):
-                return class_set(Chars(()), [item], case_insensitive="i" in flags)
+                return class_set(Chars(()), (item,), case_insensitive="i" in flags)
             assert isinstance(item, int)
             return _char(item, flags)
         if ch in _QUANTIFIER_START and self._quantifier_ahead():

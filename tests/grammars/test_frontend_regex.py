@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from test_regex_dialects import ecma_regex
 
 from grammars.errors import GrammarSyntaxError, UnsupportedGrammarError
-from grammars.frontends import parse_regex
+from grammars.frontends import _charclass, parse_regex
 from grammars.frontends.regex import DOT, SPACE
 from grammars.ir import Alt, Chars, Expr, Literal, Ref, Repeat, Seq, chars
 
@@ -348,3 +348,17 @@ def test_unsupported_constructs_fail_closed(pattern: str, offset: int, construct
 def test_unsupported_flag_argument() -> None:
     with pytest.raises(UnsupportedGrammarError, match="'m'"):
         parse_regex("a", flags="m")
+
+
+_RANGES = st.lists(st.tuples(st.integers(0, 300), st.integers(0, 40)).map(lambda p: (p[0], p[0] + p[1])), max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=_RANGES, b=_RANGES)
+def test_class_intersection_is_the_set_intersection(a, b):
+    def members(ranges):
+        return {c for lo, hi in ranges for c in range(lo, hi + 1)}
+
+    x, y = Chars(tuple(a)), Chars(tuple(b))
+    got = _charclass.intersect(x, y)
+    assert members(got.ranges) == members(x.ranges) & members(y.ranges)

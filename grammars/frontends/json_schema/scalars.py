@@ -148,24 +148,24 @@ def string_schema(
 def _restrict_length(
     body: ByteDFA, min_length: int, max_length: int | None, pointer: str, note: Callable[[int], None]
 ) -> ByteDFA:
-    """``restrict_length``, narrowing ``max_length`` (from the count the failed product reached) when too big."""
+    """``restrict_length``, narrowing ``max_length`` to the largest bound that fits when too big.
+
+    The product is built one character count at a time, so the count it was building when it ran
+    out of states is one past the largest bound that fits (``LengthBudgetExceeded.reached``).
+    """
     try:
         return _strings.restrict_length(body, min_length, max_length)
     except _strings.LengthBudgetExceeded as exc:
-        if max_length is None:
-            raise UnsupportedSchemaError("minLength", pointer, str(exc)) from None
-        error: LimitExceeded = exc
+        if max_length is None or exc.reached - 1 < min_length:
+            keyword = "minLength" if max_length is None or min_length else "maxLength"
+            raise UnsupportedSchemaError(keyword, pointer, str(exc)) from None
         fitted = min(max_length - 1, exc.reached - 1)
-    while fitted >= min_length:
-        try:
-            out = _strings.restrict_length(body, min_length, fitted)
-        except _strings.LengthBudgetExceeded as exc:
-            error = exc
-            fitted = min(fitted - 1, (fitted * 3) // 4)
-            continue
-        note(fitted)
-        return out
-    raise UnsupportedSchemaError("minLength" if min_length else "maxLength", pointer, str(error)) from None
+    try:
+        out = _strings.restrict_length(body, min_length, fitted)
+    except LimitExceeded as exc:
+        raise UnsupportedSchemaError("minLength" if min_length else "maxLength", pointer, str(exc)) from None
+    note(fitted)
+    return out
 
 
 def _pattern(pattern: Any, pointer: str) -> Expr:

@@ -40,6 +40,7 @@ from functools import lru_cache
 from typing import Collection, Iterable
 
 import numpy as np
+from numba import njit
 
 from grammars.automata.byte_dfa import DEAD, ByteDFA, compile_regular, difference, from_transitions, minimize
 from grammars.errors import LimitExceeded, UnsupportedGrammarError
@@ -428,6 +429,7 @@ def _char_steps() -> tuple[np.ndarray, np.ndarray]:
 
 
 _CHAR_STEP, _CHAR_DONE = _char_steps()
+_CHAR_DONE_INT = _CHAR_DONE.astype(np.int64)  # the count's increment, for ``_length_product``
 
 
 def max_counted_length(states_per_character: int = STATES_PER_CHARACTER) -> int:
@@ -519,8 +521,8 @@ def _canonical(raw: np.ndarray, accepting: np.ndarray, start: int) -> ByteDFA:
 
 
 class LengthBudgetExceeded(LimitExceeded):
-    """``restrict_length`` ran out of states; ``reached`` is the largest character count it had
-    reached, a good first guess for a length bound that fits."""
+    """``restrict_length`` ran out of states; ``reached`` is the character count it was building,
+    so every length bound below ``reached`` fits."""
 
     def __init__(self, budget: int, reached: int, message: str):
         self.reached = reached
@@ -540,58 +542,89 @@ def restrict_length(body: ByteDFA, min_length: int, max_length: int | None, limi
         return body
     if max_length is not None and max_length < min_length:
         return minimize(ByteDFA(np.zeros((0, 256), dtype=np.int32), np.zeros(0, dtype=bool), DEAD))
-    step, done = _CHAR_STEP, _CHAR_DONE
     cap = max_length if max_length is not None else min_length
-    n_t = step.shape[0]
     budget = min(limits.max_dfa_states, MAX_LENGTH_STATES)
-    table_b = body.table.astype(np.int64)
-    index: dict[int, int] = {}
-
-    def code(q: int, t: int, k: int) -> int:
-        return (q * n_t + t) * (cap + 1) + k
-
-    start = code(body.start, 0, 0)
-    index[start] = 0
-    triples = [(body.start, 0, 0)]
-    rows: list[np.ndarray] = []
-    frontier = 0
-    byte = np.arange(256)
-    while frontier < len(triples):
-        batch = np.asarray(triples[frontier:], dtype=np.int64)
-        frontier = len(triples)
-        q, t, k = batch[:, 0:1], batch[:, 1:2], batch[:, 2:3]
-        nq = table_b[q, byte]
-        nt = step[t, byte]
-        nk = k + done[t, byte]
-        if max_length is None:
-            nk = np.minimum(nk, cap)
-            dead = (nq < 0) | (nt < 0)
-        else:
-            dead = (nq < 0) | (nt < 0) | (nk > cap)
-        codes = np.where(dead, -1, (nq * n_t + nt) * (cap + 1) + nk)
-        uniq, inverse = np.unique(codes, return_inverse=True)
-        ids = np.empty(len(uniq), dtype=np.int32)
-        for i, c in enumerate(uniq.tolist()):
-            if c < 0:
-                ids[i] = DEAD
-                continue
-            d = index.get(c)
-            if d is None:
-                d = len(triples)
-                if d >= budget:
-                    reached = max(kk for _, _, kk in triples)
-                    raise LengthBudgetExceeded(
-                        budget,
-                        reached,
-                        f"restricting a string language to {min_length}..{max_length} characters "
-                        f"needs more than {budget} DFA states",
-                    )
-                index[c] = d
-                qt, kk = divmod(c, cap + 1)
-                triples.append((qt // n_t, qt % n_t, kk))
-            ids[i] = d
-        rows.append(ids[inverse.reshape(codes.shape)])
-    table = np.vstack(rows).astype(np.int32)
-    arr = np.asarray(triples, dtype=np.int64)
-    accepting = body.accepting[arr[:, 0]] & (arr[:, 1] == 0) & (arr[:, 2] >= min_length)
+    table, q, t, k, reached = _length_product(
+        np.ascontiguousarray(body.table, dtype=np.int32), int(body.start), _CHAR_STEP, _CHAR_DONE_INT,
+        cap, max_length is not None, budget)
+    if reached >= 0:
+        raise LengthBudgetExceeded(
+            budget,
+            reached,
+            f"restricting a string language to {min_length}..{max_length} characters "
+            f"needs more than {budget} DFA states",
+        )
+    accepting = body.accepting[q] & (t == 0) & (k >= min_length)
     return minimize(ByteDFA(table, accepting, 0))
+
+
+@njit(cache=True, nogil=True)
+def _length_product(
+    body: np.ndarray, start: int, step: np.ndarray, done: np.ndarray, cap: int, bounded: bool, budget: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """The reachable part of body x character phase x count, as (table, q, t, k, -1).
+
+    Built count layer by count layer: a byte keeps the count or adds one, so two dense
+    (body state, phase) -> id maps, the current layer's and the next's, index every triple
+    without a hash table. Out of budget, returns ``reached`` >= 0 instead of -1: the layer being
+    built, so every length below it fits.
+    """
+    n_t = step.shape[0]
+    width = body.shape[0] * n_t
+    here = np.full(width, -1, dtype=np.int32)
+    above = np.full(width, -1, dtype=np.int32)
+    qs = [start]
+    ts = [0]
+    ks = [0]
+    rows = np.empty((64, 256), dtype=np.int32)
+    here[start * n_t] = 0
+    layer = [0]
+    k = 0
+    while len(layer) > 0:
+        upper = [0]
+        upper.pop()
+        i = 0
+        while i < len(layer):
+            s = layer[i]
+            i += 1
+            if s >= rows.shape[0]:
+                grown = np.empty((2 * rows.shape[0], 256), dtype=np.int32)
+                grown[: rows.shape[0]] = rows
+                rows = grown
+            q = qs[s]
+            t = ts[s]
+            for b in range(256):
+                nq = body[q, b]
+                nt = step[t, b]
+                if nq < 0 or nt < 0:
+                    rows[s, b] = -1
+                    continue
+                nk = k + done[t, b]
+                if nk > cap:
+                    if bounded:
+                        rows[s, b] = -1
+                        continue
+                    nk = cap
+                slot = nq * n_t + nt
+                index = here if nk == k else above
+                d = index[slot]
+                if d < 0:
+                    d = len(qs)
+                    if d >= budget:
+                        return rows[:0], np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), k
+                    index[slot] = d
+                    qs.append(nq)
+                    ts.append(nt)
+                    ks.append(nk)
+                    if nk == k:
+                        layer.append(d)
+                    else:
+                        upper.append(d)
+                rows[s, b] = d
+        for s in layer:
+            here[qs[s] * n_t + ts[s]] = -1
+        here, above = above, here
+        layer = upper
+        k += 1
+    n = len(qs)
+    return rows[:n].copy(), np.asarray(qs, dtype=np.int64), np.asarray(ts, dtype=np.int64), np.asarray(ks, dtype=np.int64), -1

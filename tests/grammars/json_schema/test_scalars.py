@@ -236,11 +236,30 @@ def test_pattern_that_bounds_length_ignores_a_huge_max_length():
     assert not notes and compile_regular(e).matches(b'"ABC"')
 
 
-def test_restrict_length_equals_intersection_with_repeat():
-    body = compile_regular(strings.encode_value_language(parse_regex("[a-c]*x?", search=False)))
-    for lo, hi in [(0, 2), (1, 4), (3, None)]:
+@pytest.mark.parametrize("pattern", ["[a-c]*x?", "é+x?", "(\\S+\\s){1,2}", "[\U0001f600-\U0001f602ab]*", ".*"])
+def test_restrict_length_equals_intersection_with_repeat(pattern):
+    body = compile_regular(strings.encode_value_language(parse_regex(pattern, search=False)))
+    for lo, hi in [(0, 0), (0, 2), (1, 4), (3, None)]:
         expected = intersect(body, compile_regular(Repeat(strings.STRING_CHAR, lo, hi)))
-        assert same_language(strings.restrict_length(body, lo, hi), expected)
+        assert same_language(strings.restrict_length(body, lo, hi), expected), (pattern, lo, hi)
+
+
+def test_length_budget_reports_the_largest_bound_that_fits():
+    """``reached`` - 1 is exact: that bound fits the budget and one more does not, so a narrowed
+    ``maxLength`` keeps every length it can."""
+    body = compile_regular(strings.encode_value_language(parse_regex("(\\S+\\s){2,5}\\S+", search=False)))
+    with pytest.raises(strings.LengthBudgetExceeded) as err:
+        strings.restrict_length(body, 0, 255)
+    fits = err.value.reached - 1
+    assert fits > 0
+    strings.restrict_length(body, 0, fits)
+    with pytest.raises(strings.LengthBudgetExceeded):
+        strings.restrict_length(body, 0, fits + 1)
+    notes: list[str] = []
+    narrowed = scalars.string_schema({"pattern": "^(\\S+\\s){2,5}\\S+$", "maxLength": 255}, "#", None, narrowed=notes.append)
+    words = ("a " * 3 + "b" * fits)[:fits]
+    assert notes and compile_regular(narrowed).matches(json.dumps(words).encode())
+    assert not compile_regular(narrowed).matches(json.dumps(words + "c").encode())
 
 
 @pytest.mark.parametrize(
