@@ -235,7 +235,7 @@ def seq(items: Iterable[Expr]) -> Expr:
     for item in items:
         if isinstance(item, Seq):
             flat.extend(item.items)
-        elif item == EMPTY:
+        elif type(item) is Literal and not item.text:  # EMPTY, without ``__eq__``'s Python calls
             continue
         elif isinstance(item, Chars) and item.is_empty:
             return NOTHING

@@ -106,7 +106,7 @@ class _Lowering:
         self.start_name = grammar.start
         self.limits = limits
         self.compile_dfa = compile_dfa
-        self._ref_sets: dict[Expr, frozenset[str]] = {}
+        self._ref_sets: dict[int, tuple[Expr, frozenset[str]]] = {}
         if self.start_name not in self.rules:
             raise GrammarError(f"start rule {self.start_name!r} is not defined")
         for name, expr in self.rules.items():
@@ -118,7 +118,7 @@ class _Lowering:
         self.split_runs = self.start_name not in self.inlinable
         self._expanded: dict[str, Expr] = {}
         self._expansions: dict[Expr, Expr] = {}
-        self._regular: dict[Expr, bool] = {}
+        self._regular: dict[int, tuple[Expr, bool]] = {}
         self.nt_names: list[str] = []
         self.nt_index: dict[object, int] = {}
         self.productions: list[Production] = []
@@ -128,6 +128,7 @@ class _Lowering:
         self.dfa_cache: dict[Expr, object] = {}
         self.symbol_cache: dict[Expr, int | None] = {}
         self._big_pieces: dict[Expr, bool] = {}
+        self._runs_seen: dict[tuple[int, ...], tuple[tuple[Expr, ...], tuple[int, ...] | None]] = {}
         self._structural_pieces: dict[Expr, bool] = {}
 
     # --- which rules are regular and small enough to inline -------------------------------
@@ -144,17 +145,14 @@ class _Lowering:
                 return False  # recursion: not regular
             state[name] = 0
             expr = self.rules[name]
-            ok = True
-            size = _size(expr, INLINE_BUDGET)  # only "within the budget?" matters
-            for ref in self._refs(expr):
-                if not visit(ref):
-                    ok = False
-                else:
-                    size += sizes[ref]
+            refs = self._refs(expr)
+            ok = all([visit(ref) for ref in refs])  # a list: visit every reference
             state[name] = 1
-            sizes[name] = size
-            if ok and size <= INLINE_BUDGET:
-                inlinable.add(name)
+            if ok:  # sized only now: most rules of a big grammar refer to a rule that is not inlinable
+                size = _size(expr, INLINE_BUDGET) + sum(sizes[ref] for ref in refs)  # only "within the budget?" matters
+                sizes[name] = size
+                if size <= INLINE_BUDGET:
+                    inlinable.add(name)
             return name in inlinable
 
         for name in self.rules:
@@ -168,34 +166,36 @@ class _Lowering:
             return frozenset((expr.name,))
         if not isinstance(expr, (Seq, Alt, Repeat)):
             return _NO_REFS
-        memo = self._ref_sets
-        hit = memo.get(expr)
+        memo = self._ref_sets  # by identity, the node kept alive beside its names
+        hit = memo.get(id(expr))
         if hit is not None:
-            return hit
+            return hit[1]
         stack: list[tuple[Expr, bool]] = [(expr, False)]
         while stack:
             e, ready = stack.pop()
-            if e in memo:
+            if id(e) in memo:
                 continue
             kids = e.items if isinstance(e, (Seq, Alt)) else (e.item,)  # type: ignore[union-attr]
             if not ready:
                 stack.append((e, True))
-                stack.extend((k, False) for k in kids if isinstance(k, (Seq, Alt, Repeat)) and k not in memo)
+                stack.extend((k, False) for k in kids if isinstance(k, (Seq, Alt, Repeat)) and id(k) not in memo)
                 continue
             names: set[str] = set()
             for k in kids:
                 if isinstance(k, Ref):
                     names.add(k.name)
                 elif isinstance(k, (Seq, Alt, Repeat)):
-                    names |= memo[k]
-            memo[e] = frozenset(names) if names else _NO_REFS
-        return memo[expr]
+                    names |= memo[id(k)][1]
+            memo[id(e)] = (e, frozenset(names) if names else _NO_REFS)
+        return memo[id(expr)][1]
 
     def _is_regular(self, expr: Expr) -> bool:
-        hit = self._regular.get(expr)
+        """Memoised by identity (asked for every item of every alternative; an Expr key would
+        run the nodes' Python ``__hash__``); the value keeps ``expr`` alive, so ids stay unique."""
+        hit = self._regular.get(id(expr))
         if hit is None:
-            hit = self._regular[expr] = all(ref in self.inlinable for ref in self._refs(expr))
-        return hit
+            hit = self._regular[id(expr)] = (expr, all(ref in self.inlinable for ref in self._refs(expr)))
+        return hit[1]
 
     def _expand(self, expr: Expr) -> Expr:
         """Inline every (inlinable) reference, giving a Ref-free regular expression.
@@ -276,6 +276,16 @@ class _Lowering:
         return (sym,)
 
     def _run_symbols(self, run: list[Expr]) -> tuple[int, ...] | None:
+        """``_run_symbols_of``, memoised by the identity of the run's items: the states of an
+        any-order object repeat the same runs (a comma and a member) thousands of times, each
+        as a new list of the same objects. The value keeps the items alive, so ids stay unique."""
+        key = tuple(map(id, run))
+        hit = self._runs_seen.get(key)
+        if hit is None:
+            hit = self._runs_seen[key] = (tuple(run), self._run_symbols_of(run))
+        return hit[1]
+
+    def _run_symbols_of(self, run: list[Expr]) -> tuple[int, ...] | None:
         """A regular run as terminals: merged, except that big pieces stand alone.
 
         A piece whose DFA has more than ``ALONE_STATES`` states (a long counted string, the
@@ -513,16 +523,41 @@ def _size(expr: Expr, cap: int | None = None) -> int:
     return total
 
 
+def _derivable(prods: list[Production], *, through_terminals: bool) -> set[int]:
+    """The nonterminals with a production whose every symbol is derivable, terminals counting
+    as derivable when ``through_terminals`` (productive) and never otherwise (nullable).
+
+    A worklist with one counter per production, linear in the grammar: a round-robin fixpoint
+    makes one pass over every production per level of the longest derivation chain, and the
+    states of an any-order object chain through every subset."""
+    waiting: dict[int, list[int]] = {}  # nonterminal -> productions, once per occurrence
+    missing: list[int] = []
+    ready: list[int] = []
+    for i, p in enumerate(prods):
+        nonterminals = [s for s in p.rhs if not is_terminal(s)]
+        if not through_terminals and len(nonterminals) < len(p.rhs):
+            missing.append(-1)  # holds a terminal: never empty
+            continue
+        missing.append(len(nonterminals))
+        for s in nonterminals:
+            waiting.setdefault(s, []).append(i)
+        if not nonterminals:
+            ready.append(p.lhs)
+    derived: set[int] = set()
+    while ready:
+        nt = ready.pop()
+        if nt in derived:
+            continue
+        derived.add(nt)
+        for i in waiting.get(nt, ()):
+            missing[i] -= 1
+            if missing[i] == 0:
+                ready.append(prods[i].lhs)
+    return derived
+
+
 def _nullable(prods: list[Production]) -> set[int]:
-    nullable: set[int] = set()
-    changed = True
-    while changed:
-        changed = False
-        for p in prods:
-            if p.lhs not in nullable and all((not is_terminal(s)) and s in nullable for s in p.rhs):
-                nullable.add(p.lhs)
-                changed = True
-    return nullable
+    return _derivable(prods, through_terminals=False)
 
 
 def _split_nullable_heavy(prods: list[Production], n_nt: int, names: list[str]) -> list[Production]:
@@ -570,15 +605,7 @@ def _eliminate_epsilon(prods: list[Production], nullable: set[int], limits: Limi
 
 
 def _productive(prods: list[Production]) -> set[int]:
-    productive: set[int] = set()
-    changed = True
-    while changed:
-        changed = False
-        for p in prods:
-            if p.lhs not in productive and all(is_terminal(s) or s in productive for s in p.rhs):
-                productive.add(p.lhs)
-                changed = True
-    return productive
+    return _derivable(prods, through_terminals=True)
 
 
 def _reachable(prods: list[Production], start: int) -> list[Production]:

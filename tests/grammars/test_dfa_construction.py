@@ -258,3 +258,30 @@ def test_rules_holding_small_dfas_are_not_copied_into_every_alternative(monkeypa
     assert largest_terminal() < 60  # one member and its comma
     monkeypatch.setattr(cfg, "DFA_STATE_NODES", 1)
     assert largest_terminal() > 120  # members copied into the alternatives' terminals
+
+
+def _naive_derivable(prods, through_terminals):
+    """The textbook fixpoint: pass over every production until nothing changes."""
+    out: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for p in prods:
+            if p.lhs not in out and all((through_terminals if s < 0 else s in out) for s in p.rhs):
+                out.add(p.lhs)
+                changed = True
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_nullable_and_productive_match_the_fixpoint(seed):
+    from grammars.automata.cfg import Production, _nullable, _productive
+
+    rng = random.Random(seed)
+    n = rng.randint(1, 12)
+    prods = [
+        Production(rng.randrange(n), tuple(rng.choice([rng.randrange(n), ~rng.randrange(3)]) for _ in range(rng.randint(0, 3))))
+        for _ in range(rng.randint(1, 25))
+    ]
+    assert _nullable(prods) == _naive_derivable(prods, through_terminals=False)
+    assert _productive(prods) == _naive_derivable(prods, through_terminals=True)

@@ -269,6 +269,7 @@ class SchemaCompiler:
         self.back_references = 0
         self._validators: dict[str, Any] = {}
         self._names: set[str] = set()
+        self._suffixes: dict[str, int] = {}  # hint -> last ``~n`` handed out for it
         self._relaxed: list[Relaxation] = []
         self._ignored: list[tuple[str, str]] = []
         #: depth of nested ``provably_disjoint`` calls (see ``combinators.MAX_DISJOINT_NESTING``)
@@ -311,11 +312,14 @@ class SchemaCompiler:
         return Ref(name)
 
     def _fresh(self, hint: str) -> str:
+        """``hint``, or ``hint~n`` for the next free n: the count per hint keeps the thousands of
+        states of one any-order object from each scanning the suffixes taken before them."""
         name = hint
-        n = 1
+        n = self._suffixes.get(hint, 1)
         while name in self._names:
             n += 1
             name = f"{hint}~{n}"
+        self._suffixes[hint] = n
         self._names.add(name)
         return name
 

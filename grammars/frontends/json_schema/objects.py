@@ -54,6 +54,8 @@ MAX_ANY_ORDER_STATES = 1 << 12
 #: a large any-order object repeats members (``_Automaton.any_order_repeating``) when it has at
 #: most this many required properties (2**n states) and no property count bounds
 MAX_REPEATING_REQUIRED = 6
+#: first item of an ``F`` state key whose ``S`` state takes its own extra members (``g_any``)
+_SELF_LOOPING = "A"
 
 
 @dataclass(frozen=True)
@@ -362,6 +364,9 @@ class _Automaton:
         if self.extra is None:
             return choose(count, started)
         lay = self.lay
+        if self.saturated(count) and key[0] == _SELF_LOOPING:
+            # an any-order state takes its extra members itself (``g_any``)
+            return choose(count, True) if started else alt([seq([self.extra, choose(count, True)]), choose(count, False)])
         if self.saturated(count):
             # F = ", X" F | G, a right-recursive rule rather than a Repeat: recursion keeps it a
             # parser rule, so the extra member (a big key automaton) is one terminal shared by
@@ -419,7 +424,7 @@ class _Automaton:
     def any_order(self) -> Expr:
         required = sum(1 << i for i, m in enumerate(self.members) if m.required)
         self.required_mask = required
-        return self.state_f((0,), self.zero, False, lambda cnt, st: self.g_any(0, cnt, st))
+        return self.state_f((_SELF_LOOPING, 0), self.zero, False, lambda cnt, st: self.g_any(0, cnt, st))
 
     # --- declared members in any order, repeats allowed ---
 
@@ -494,18 +499,32 @@ class _Automaton:
         return alt(starts)
 
     def g_any(self, emitted: int, count: int, started: bool) -> Expr:
+        """The state after the members in ``emitted``: the next declared member, the end, or
+        (once extra members no longer change the count) an extra member and this state again.
+
+        Taking extra members here rather than in an ``F`` state before it halves the rules of
+        an open object (``additionalProperties`` defaults to true), and stays unambiguous: every
+        alternative starts with a different key (extra keys exclude the declared names)."""
         k = ("S", emitted, count, int(started))
         if k in self.memo:
             return self.memo[k]
-        options = []
-        nxt = self.inc(count)
-        if nxt is not None:
-            for i, m in enumerate(self.members):
-                if emitted & (1 << i):
-                    continue
-                after = emitted | (1 << i)
-                rest = self.state_f((after,), nxt, True, lambda cnt, st, after=after: self.g_any(after, cnt, st))
-                options.append(seq([self.lay.sep(started), m.expr, rest]))
-        if emitted & self.required_mask == self.required_mask:
-            options.append(self.end(count, started))
-        return self.rule(k, alt(options))
+
+        def body(me: Expr | None) -> Expr:
+            options = [seq([self.lay.comma, self.extra, me])] if me is not None else []
+            nxt = self.inc(count)
+            if nxt is not None:
+                for i, m in enumerate(self.members):
+                    if emitted & (1 << i):
+                        continue
+                    after = emitted | (1 << i)
+                    rest = self.state_f((_SELF_LOOPING, after), nxt, True, lambda cnt, st, after=after: self.g_any(after, cnt, st))
+                    options.append(seq([self.lay.sep(started), m.expr, rest]))
+            if emitted & self.required_mask == self.required_mask:
+                options.append(self.end(count, started))
+            return alt(options)
+
+        if self.extra is not None and started and self.saturated(count):
+            out = self.c.add_recursive_rule(f"{self.hint}@{'.'.join(map(self.label, k))}", body)
+            self.memo[k] = out
+            return out
+        return self.rule(k, body(None))

@@ -348,3 +348,26 @@ def test_recursive_schema_accepts_deep_instances(checker):
     for _ in range(30):
         deep = {"kids": [deep, {}]}
     assert not checker.disagreements(tree, [deep, {"kids": [{"kids": [{"x": 1}]}]}])
+
+
+@pytest.mark.parametrize("bounds", [{}, {"maxProperties": 4}, {"minProperties": 2}])
+def test_any_order_open_object_takes_extras_between_members_in_every_order(checker, bounds):
+    """Every order of the declared members, with undeclared ones before, between and after
+    them (the states that take their own extra members, and the counted ones that cannot)."""
+    import itertools
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "null"}},
+              "required": ["b"], **bounds}
+    instances = []
+    for size in range(4):
+        for names in itertools.permutations("abc", size):
+            for extra_at in range(-1, size + 1):
+                members = [(n, {"a": 1, "b": "s", "c": None}[n]) for n in names]
+                if extra_at >= 0:
+                    members.insert(extra_at, ("x", [True]))
+                    members.insert(extra_at, ("y", 2))
+                instances.append(dict(members))
+    instances += [{"b": 3}, {"b": "s", "a": "t"}, {"b": "s", "c": 0}]
+    assert not checker.disagreements(schema, instances, property_order="any")
+    for duplicated in ('{"b":"s","a":1,"a":2}', '{"a":1,"b":"s","x":1,"b":"t"}', '{"c":null,"b":"s","c":null}'):
+        assert not checker.accepts(schema, duplicated, property_order="any"), duplicated
