@@ -285,7 +285,9 @@ class _Automaton:
     """States (position or subset, count, started) as IR rules, built from the end backwards.
 
     ``G`` states choose the next declared member (or the end); ``F`` states may first take extra
-    members. ``count`` is capped at ``low`` when there is no ``high`` (only "enough yet?" matters).
+    members. Any-order ``S`` states take their own extra members once the count no longer moves
+    (their ``F`` states are then the ``S`` states themselves). ``count`` is capped at ``low`` when
+    there is no ``high`` (only "enough yet?" matters).
     """
 
     def __init__(self, c: "SchemaCompiler", members: list[Member], extra: Expr | None, low: int, high: int | None, hint: str):
