@@ -128,14 +128,18 @@ def _linear_walk(parent, node_byte, token_node, flat, accepting, state, n_words)
 
 @njit(cache=True, nogil=True)
 def _sub_walk(child_start, child_count, node_byte, node_parent, edges_by_byte, edge_byte_start, tok_start, tok_count,
-              node_tokens, flat, accepting, state, parents, parent_bits, use_edges, capacity):  # pragma: no cover - jitted
-    """Tokens kept alive below ``parents`` from ``state``, and nodes where the DFA accepts.
+              node_tokens, flat, accepting, state, parents, parent_bits, use_edges, capacity, dedup):  # pragma: no cover - jitted
+    """Tokens kept alive below ``parents`` from ``state``, and nodes where the DFA accepts (sorted).
 
     The first byte is matched by scanning the parents' children, or (``use_edges``) by scanning
     the trie edges of the DFA's live first bytes and testing their parent in ``parent_bits``:
     the caller picks whichever touches fewer nodes (an identifier ends at ~100k nodes, but few
     of them are followed by ``(``). Outputs hold ``capacity`` entries; on overflow (nested
-    parents visit a subtree once per parent) the third result is False and the caller retries.
+    parents visit a subtree once per parent) the third result is False and the caller retries
+    with ``dedup``: a node met again in the state it was last met in is skipped with its whole
+    subtree (same state, same subtree), and each token and accepting node is written once, so
+    the outputs fit in the trie's size. Only then: on walks that fit, its per-node arrays and
+    checks made masks slower overall.
     Buffers are sized up front: growing them inside the loop made the kernel several times slower.
     """
     initial = 0
@@ -173,6 +177,9 @@ def _sub_walk(child_start, child_count, node_byte, node_parent, edges_by_byte, e
     out_accept = np.empty(capacity, np.int64)
     n_tok = 0
     n_acc = 0
+    n_nodes = node_byte.shape[0] if dedup else 0
+    last_state = np.full(n_nodes, -1, np.int32)  # the state a node was last met in; -1: never
+    accepted = np.zeros(n_nodes, np.bool_)
     while top > 0:
         top -= 1
         node = stack_node[top]
@@ -181,20 +188,29 @@ def _sub_walk(child_start, child_count, node_byte, node_parent, edges_by_byte, e
             continue
         t0 = tok_start[node]
         t1 = t0 + tok_count[node]
+        if dedup:
+            if last_state[node] == nxt:
+                continue
+            if last_state[node] >= 0:
+                t1 = t0  # its tokens are written already
+            last_state[node] = nxt
         if n_tok + (t1 - t0) > capacity or n_acc >= capacity:
             return out_tokens[:0], out_accept[:0], False
         for k in range(t0, t1):
             out_tokens[n_tok] = node_tokens[k]
             n_tok += 1
-        if accepting[nxt]:
+        if accepting[nxt] and not (dedup and accepted[node]):
             out_accept[n_acc] = node
             n_acc += 1
+            if dedup:
+                accepted[node] = True
         c0 = child_start[node]
         for c in range(c0, c0 + child_count[node]):
             stack_node[top] = c
             stack_state[top] = nxt
             top += 1
-    return out_tokens[:n_tok].copy(), np.sort(out_accept[:n_acc]), True
+    accept = np.unique(out_accept[:n_acc]) if dedup else np.sort(out_accept[:n_acc])
+    return out_tokens[:n_tok].copy(), accept, True
 
 
 @njit(cache=True, nogil=True)
@@ -722,18 +738,21 @@ class WalkCache:
         else:
             bits = _NO_BITS
         capacity = self.trie.n_nodes + 1
+        dedup = False
         while True:
             tokens, accept, complete = self._kernel_sub_walk(_flat(dfa), dfa.accepting, state, parents, bits,
-                                                             by_edges is not None, capacity)
+                                                             by_edges is not None, capacity, dedup)
             if complete:
                 return tokens, accept
-            capacity *= 4
+            if dedup:  # not expected: deduplicated outputs fit in the trie's size
+                capacity *= 4
+            dedup = True
 
-    def _kernel_sub_walk(self, flat, accepting, state, parents, bits, use_edges, capacity):
+    def _kernel_sub_walk(self, flat, accepting, state, parents, bits, use_edges, capacity, dedup=False):
         trie = self.trie
         return _sub_walk(trie.child_start, trie.child_count, trie.node_byte, trie.node_parent, trie.edges_by_byte,
                          trie.edge_byte_start, trie.node_tok_start, trie.node_tok_count, trie.node_tokens, flat,
-                         accepting, state, parents, bits, use_edges, capacity)
+                         accepting, state, parents, bits, use_edges, capacity, dedup)
 
 
 def _bit_set(flags: np.ndarray) -> int:

@@ -69,6 +69,21 @@ def test_sub_walk_matches_brute_force(walks, pieces, first, second):
     assert got == expected
 
 
+@pytest.mark.parametrize("first,second", [(r"a+", r"b[a-d]?"), (r"[a-d]+", r"[a-d]*"), (r"(ab)+", r"[a-d]*c")])
+def test_deduplicated_sub_walk_finds_the_same_tokens_and_nodes(walks, first, second):
+    """Nested parents (every prefix of ``aaa`` ends ``a+``) make a plain walk visit subtrees once
+    per ancestor; the deduplicated walk skips repeats and must still find exactly the same sets."""
+    dfa1 = compile_regular(parse_regex(first))
+    dfa2 = compile_regular(parse_regex(second))
+    parents = walks.root(dfa1, dfa1.start).accept_nodes
+    flat, bits, size = dfa2.table.reshape(-1), np.zeros(1, np.uint64), walks.trie.n_nodes + 1
+    plain = walks._kernel_sub_walk(flat, dfa2.accepting, dfa2.start, parents, bits, False, 64 * size, False)
+    dedup = walks._kernel_sub_walk(flat, dfa2.accepting, dfa2.start, parents, bits, False, size, True)
+    assert plain[2] and dedup[2]
+    assert set(plain[0].tolist()) == set(dedup[0].tolist()) and len(set(dedup[0].tolist())) == len(dedup[0])
+    assert dedup[1].tolist() == sorted(set(plain[1].tolist()))  # sorted, each node once
+
+
 def _node_bytes(trie, node: int) -> bytes:
     out = []
     while node:
