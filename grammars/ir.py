@@ -139,6 +139,22 @@ class Chars(_Node):
     def union(self, other: "Chars") -> "Chars":
         return Chars(self.ranges + other.ranges)
 
+    def intersection(self, other: "Chars") -> "Chars":
+        """One merge of the two sorted range lists (a class meets Python's Unicode ``\\w``,
+        hundreds of ranges, in pattern after pattern)."""
+        out: list[tuple[int, int]] = []
+        x, y = self.ranges, other.ranges
+        i = j = 0
+        while i < len(x) and j < len(y):
+            lo, hi = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+            if lo <= hi:
+                out.append((lo, hi))
+            if x[i][1] < y[j][1]:
+                i += 1
+            else:
+                j += 1
+        return Chars(tuple(out))
+
     def contains(self, code_point: int) -> bool:
         return any(lo <= code_point <= hi for lo, hi in self.ranges)
 

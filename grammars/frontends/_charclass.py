@@ -31,7 +31,6 @@ __all__ = [
     "parse_class_body",
     "DialectChars",
     "class_set",
-    "intersect",
     "fold_case",
     "python_fold",
     "ecma_fold",
@@ -182,23 +181,6 @@ def _range(cur: Cursor, low: ClassItem, high: ClassItem, start: int) -> tuple[in
 # --- sets whose meaning depends on the dialect -------------------------------------------
 
 
-def intersect(a: Chars, b: Chars) -> Chars:
-    """``a`` ∩ ``b`` in one merge of their sorted ranges (a class meets Python's Unicode ``\\w``,
-    hundreds of ranges, in pattern after pattern)."""
-    out: list[tuple[int, int]] = []
-    x, y = a.ranges, b.ranges
-    i = j = 0
-    while i < len(x) and j < len(y):
-        lo, hi = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
-        if lo <= hi:
-            out.append((lo, hi))
-        if x[i][1] < y[j][1]:
-            i += 1
-        else:
-            j += 1
-    return Chars(tuple(out))
-
-
 @functools.lru_cache(maxsize=1024)
 def class_set(
     literals: Chars, sets: tuple[DialectChars, ...] = (), *, negated: bool = False, case_insensitive: bool = False
@@ -227,14 +209,14 @@ def class_set(
     if not case_insensitive:
         if negated:
             return python_items.union(ecma_items).complement()
-        return intersect(python_items, ecma_items)
+        return python_items.intersection(ecma_items)
     if negated:
         return case_closure(python_items).union(ecma_fold(ecma_items)).complement()
     python_side = python_fold(literals)
     if sets:
         python_escapes = _union(s.python for s in sets)
         python_side = python_side.union(case_closure(python_escapes.complement()).complement())
-    return intersect(python_side, ecma_fold(ecma_items))
+    return python_side.intersection(ecma_fold(ecma_items))
 
 
 def _union(sets: Iterable[Chars]) -> Chars:

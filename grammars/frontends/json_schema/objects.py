@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from grammars.errors import GrammarError
-from grammars.frontends.json_schema import combinators, scalars
+from grammars.frontends.json_schema import combinators
 from grammars.frontends.json_schema.document import Located, count_keyword
 from grammars.ir import NOTHING, Expr, alt, seq
 
@@ -54,8 +54,6 @@ MAX_ANY_ORDER_STATES = 1 << 12
 #: a large any-order object repeats members (``_Automaton.any_order_repeating``) when it has at
 #: most this many required properties (2**n states) and no property count bounds
 MAX_REPEATING_REQUIRED = 6
-#: first item of an ``F`` state key whose ``S`` state takes its own extra members (``g_any``)
-_SELF_LOOPING = "A"
 
 
 @dataclass(frozen=True)
@@ -301,6 +299,8 @@ class _Automaton:
         self.cap = high if high is not None else low
         self.hint = hint
         self.memo: dict = {}
+        #: set by ``any_order``: its states take extra members themselves, ``F`` only counts up to them
+        self.states_take_extras = False
         # Extra keys may repeat ({"x":1,"x":2} parses to one property), which no context-free
         # grammar can exclude. Counting them toward maxProperties over-counts (safe); toward
         # minProperties it would accept too few distinct keys. So from a lower bound of 2 on,
@@ -366,8 +366,8 @@ class _Automaton:
         if self.extra is None:
             return choose(count, started)
         lay = self.lay
-        if self.saturated(count) and key[0] == _SELF_LOOPING:
-            # an any-order state takes its extra members itself (``g_any``)
+        if self.saturated(count) and self.states_take_extras:
+            # the state takes its extra members itself (``g_any``)
             return choose(count, True) if started else alt([seq([self.extra, choose(count, True)]), choose(count, False)])
         if self.saturated(count):
             # F = ", X" F | G, a right-recursive rule rather than a Repeat: recursion keeps it a
@@ -426,7 +426,8 @@ class _Automaton:
     def any_order(self) -> Expr:
         required = sum(1 << i for i, m in enumerate(self.members) if m.required)
         self.required_mask = required
-        return self.state_f((_SELF_LOOPING, 0), self.zero, False, lambda cnt, st: self.g_any(0, cnt, st))
+        self.states_take_extras = True
+        return self.state_f((0,), self.zero, False, lambda cnt, st: self.g_any(0, cnt, st))
 
     # --- declared members in any order, repeats allowed ---
 
@@ -519,13 +520,13 @@ class _Automaton:
                     if emitted & (1 << i):
                         continue
                     after = emitted | (1 << i)
-                    rest = self.state_f((_SELF_LOOPING, after), nxt, True, lambda cnt, st, after=after: self.g_any(after, cnt, st))
+                    rest = self.state_f((after,), nxt, True, lambda cnt, st, after=after: self.g_any(after, cnt, st))
                     options.append(seq([self.lay.sep(started), m.expr, rest]))
             if emitted & self.required_mask == self.required_mask:
                 options.append(self.end(count, started))
             return alt(options)
 
-        if self.extra is not None and started and self.saturated(count):
+        if self.extra is not None and started and self.saturated(count):  # as ``free`` expects
             out = self.c.add_recursive_rule(f"{self.hint}@{'.'.join(map(self.label, k))}", body)
             self.memo[k] = out
             return out

@@ -125,10 +125,6 @@ def hex4_range(lo: int, hi: int) -> Expr:
     return fixed_width_range(lo, hi, 4, base=16, digit=_hex_digit)
 
 
-def _intersect(a: Chars, b: Chars) -> Chars:
-    return a.complement().union(b.complement()).complement()
-
-
 def _u_escape(lo: int, hi: int) -> Expr:
     return seq([Literal("\\u"), hex4_range(lo, hi)])
 
@@ -150,7 +146,7 @@ def encode_chars(cs: Chars, escapes: Escapes = "all") -> Expr:
     if len(cs.ranges) == 1 and cs.ranges[0][0] == cs.ranges[0][1]:
         return _encode_one(cs.ranges[0][0], escapes)
     parts: list[Expr] = []
-    literal = _intersect(cs, UNESCAPED)
+    literal = cs.intersection(UNESCAPED)
     if not literal.is_empty:
         parts.append(literal)
     short = "".join(
@@ -158,11 +154,11 @@ def encode_chars(cs: Chars, escapes: Escapes = "all") -> Expr:
     )
     if short:
         parts.append(seq([_BACKSLASH, chars(short)]))
-    u_ranges = cs if escapes == "all" else _intersect(cs, _NEEDS_U_IN_MINIMAL)
+    u_ranges = cs if escapes == "all" else cs.intersection(_NEEDS_U_IN_MINIMAL)
     if sum(1 for lo, hi in u_ranges.ranges if hi > 0x7F) > MAX_ESCAPED_RANGES:
         # a large Unicode class: its ``\\u`` forms would need a hex-digit trie per range
         # (tens of thousands of DFA states under a repetition); keep them for ASCII only
-        u_ranges = _intersect(u_ranges, _ASCII)
+        u_ranges = u_ranges.intersection(_ASCII)
     bmp = [(lo, min(hi, 0xFFFF)) for lo, hi in u_ranges.ranges if lo <= 0xFFFF]
     if bmp:
         parts.append(seq([Literal("\\u"), alt(hex4_range(lo, hi) for lo, hi in bmp)]))
