@@ -23,6 +23,7 @@ The empty language is the DFA with 0 states and ``start == -1`` (``is_empty_lang
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_left
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Callable, Sequence
@@ -136,26 +137,12 @@ class ByteDFA:
         return self.accepting.tolist()
 
     @cached_property
-    def _runs(self) -> tuple[list[list[tuple[int, int, int]]], list[int]]:
-        """Per state the (lo, hi, target) byte runs with one live target, and the accepting states:
-        what an NFA fragment of this DFA needs, computed once per DFA."""
-        n = self.n_states
-        table = self.table
-        change = np.ones((n, 257), dtype=bool)
-        change[:, 1:256] = table[:, 1:] != table[:, :-1]
-        rows, starts = np.nonzero(change[:, :256])
-        ends = np.empty_like(starts)
-        ends[:-1] = starts[1:] - 1
-        same_row = np.zeros(len(rows), dtype=bool)
-        same_row[:-1] = rows[1:] == rows[:-1]
-        ends = np.where(same_row, ends, 255)
-        tgts = table[rows, starts]
-        keep = tgts >= 0
-        rows, starts, ends, tgts = rows[keep], starts[keep].tolist(), ends[keep].tolist(), tgts[keep].tolist()
-        bounds = np.searchsorted(rows, np.arange(n + 1)).tolist()
-        triples = list(zip(starts, ends, tgts))  # one pass in C, then a slice per state
-        runs = [triples[a:b] for a, b in zip(bounds, bounds[1:])]
-        return runs, np.nonzero(self.accepting)[0].tolist()
+    def _runs(self) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """(runs per state, the runs as flat (lo, hi, target) triples in state order, accepting
+        states): the byte runs with one live target that an NFA fragment of this DFA needs,
+        computed once per DFA and handed to subset construction as arrays."""
+        counts, flat = _byte_runs(self.table)
+        return counts, flat, np.nonzero(self.accepting)[0].tolist()
 
     # -- running ------------------------------------------------------------------------
 
@@ -212,6 +199,36 @@ def _language_key(start: int, class_table: np.ndarray, byte_to_class: np.ndarray
 
 
 @njit(cache=True, nogil=True)
+def _byte_runs(table):  # pragma: no cover - jitted
+    """Maximal runs of bytes with one live target: (runs per state, flat (lo, hi, target) triples)."""
+    n = table.shape[0]
+    counts = np.zeros(n, np.int64)
+    for q in range(n):
+        prev = -1
+        for b in range(256):
+            t = table[q, b]
+            if t != prev and t >= 0:
+                counts[q] += 1
+            prev = t
+    flat = np.empty(3 * counts.sum(), np.int64)
+    j = 0
+    for q in range(n):
+        b = 0
+        while b < 256:
+            t = table[q, b]
+            e = b
+            while e < 255 and table[q, e + 1] == t:
+                e += 1
+            if t >= 0:
+                flat[j] = b
+                flat[j + 1] = e
+                flat[j + 2] = t
+                j += 3
+            b = e + 1
+    return counts, flat
+
+
+@njit(cache=True, nogil=True)
 def _canonical_classes(class_table, byte_to_class):  # pragma: no cover - jitted
     """Merge equal columns of a class table (``_column_classes``) and number the merged classes
     by first byte: the form ``byte_classes`` gives for the expanded table, from ``k`` columns
@@ -245,17 +262,21 @@ class _NFA:
 
     Every fragment built by ``build`` occupies a contiguous block of fresh states and has no
     edges leaving that block, so it can be cloned by offset. A state's byte edges are final once
-    its fragment is built, so clones and embedded DFAs *share* edge lists: the targets of
-    ``edges[s]`` are relative to ``offset[s]``.
+    its fragment is built, so clones *share* edge lists: the targets of ``edges[s]`` are
+    relative to ``offset[s]``. An embedded DFA's states have no edge list: ``blocks`` holds
+    (first state, DFA) for each, sorted by first state, and subset construction reads their
+    edges from the DFA's run arrays (most edges of a terminal are in such blocks, and a Python
+    list per state and per run would cost more than the determinisation).
     """
 
-    __slots__ = ("eps", "edges", "offset", "limit", "limits", "sub", "known", "built")
+    __slots__ = ("eps", "edges", "offset", "blocks", "limit", "limits", "sub", "known", "built")
 
     def __init__(self, limits: Limits, sub: "Callable[[Expr], ByteDFA] | None" = None,
                  known: "Callable[[Expr], ByteDFA | None] | None" = None):
         self.eps: list[list[int]] = []
         self.edges: list[list[tuple[int, int, int]]] = []
         self.offset: list[int] = []
+        self.blocks: list[tuple[int, ByteDFA]] = []
         #: small sequences and alternatives already built, as replayable snapshots
         self.built: dict[Expr, tuple] = {}
         self.limits = limits
@@ -288,7 +309,12 @@ class _NFA:
         self.eps.extend([[t + off for t in e] if e else [] for e in self.eps[lo:hi]])
         self.edges.extend(self.edges[lo:hi])
         self.offset.extend([o + off for o in self.offset[lo:hi]])
+        self.blocks.extend([(b + off, d) for b, d in self._blocks_within(lo, hi)])
         return off
+
+    def _blocks_within(self, lo: int, hi: int) -> list[tuple[int, ByteDFA]]:
+        blocks = self.blocks
+        return blocks[bisect_left(blocks, (lo,)) : bisect_left(blocks, (hi,))]
 
     # -- fragments -----------------------------------------------------------------------
 
@@ -316,7 +342,7 @@ class _NFA:
             hi = len(self.eps)
             if hi - lo <= _SNAPSHOT_STATES:  # before any parent adds epsilon edges leaving the block
                 self.built[expr] = (lo, [list(e) for e in self.eps[lo:hi]], self.edges[lo:hi], self.offset[lo:hi],
-                                    start, end)
+                                    self._blocks_within(lo, hi), start, end)
             return start, end
         if isinstance(expr, Literal):
             return self._literal(expr.text)
@@ -336,13 +362,14 @@ class _NFA:
         raise TypeError(f"not an IR expression: {expr!r}")
 
     def _replay(self, snap: tuple) -> tuple[int, int]:
-        lo, eps, edges, offset, start, end = snap
+        lo, eps, edges, offset, blocks, start, end = snap
         off = len(self.eps) - lo
         if len(self.eps) + len(eps) > self.limit:
             raise self._overflow()
         self.eps.extend([[t + off for t in e] if e else [] for e in eps])
         self.edges.extend(edges)
         self.offset.extend([o + off for o in offset])
+        self.blocks.extend([(b + off, d) for b, d in blocks])
         return start + off, end + off
 
     def _compound(self, expr: Seq | Alt) -> tuple[int, int]:
@@ -449,18 +476,20 @@ class _NFA:
         return start, exit_
 
     def dfa(self, dfa: ByteDFA) -> tuple[int, int]:
-        """A fragment equivalent to a ByteDFA (byte runs with the same target become one edge)."""
+        """A fragment equivalent to a ByteDFA: a block of its states, whose edges (byte runs with
+        one target) subset construction takes from the DFA, and an end state."""
         if dfa.is_empty_language:
             return self.nothing()
         n = dfa.n_states
         base = len(self.eps)
         if base + n + 1 > self.limit:
             raise self._overflow()
-        runs, finals = dfa._runs
-        self.edges.extend(runs)
+        finals = dfa._runs[2]
+        self.edges.extend([_IN_BLOCK] * n)
         self.edges.append([])
         self.offset.extend([base] * n)
         self.offset.append(0)
+        self.blocks.append((base, dfa))
         eps: list[list[int]] = [[] for _ in range(n + 1)]
         end = base + n
         for q in finals:
@@ -468,6 +497,9 @@ class _NFA:
         self.eps.extend(eps)
         return base + dfa.start, end
 
+
+#: the edge list of a state inside an embedded DFA's block (``_NFA.blocks`` has its edges)
+_IN_BLOCK: tuple = ()
 
 #: sequences and alternatives whose fragment has at most this many states are replayed when met again
 _SNAPSHOT_STATES = 64
@@ -533,7 +565,8 @@ def _nullable(expr) -> bool:
 
 def _determinize(nfa: _NFA, start: int, final: int, max_states: int):
     """Subset construction. Returns (class table [n, k] int32, accepting [n] bool, byte_to_class)."""
-    out = subset_construction(nfa.eps, nfa.edges, nfa.offset, start, final, max_states)
+    out = subset_construction(nfa.eps, nfa.edges, nfa.offset, [(b, d._runs) for b, d in nfa.blocks], start, final,
+                              max_states)
     if out is None:
         raise LimitExceeded(
             "max_dfa_states",

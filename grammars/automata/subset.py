@@ -16,6 +16,8 @@ from numba import njit
 
 __all__ = ["subset_construction"]
 
+_NONE = np.zeros(0, np.int64)
+
 _FNV_PRIME = np.uint64(0x100000001B3)
 _FNV_BASIS = np.uint64(0xCBF29CE484222325)
 
@@ -202,15 +204,41 @@ def _subset(n_nfa, start, final, k, eps_start, eps_to, important, edge_start, e_
 
 
 @njit(cache=True, nogil=True)
-def _subset_of_lists(n_nfa, start, final, eps_len, eps_to, edge_len, flat, offset, max_states):  # pragma: no cover - jitted
-    """CSR offsets, absolute edge targets and byte classes from the flattened lists, then
-    ``_subset``: one compiled call instead of a dozen small numpy ones per terminal."""
+def _subset_of_lists(n_nfa, start, final, eps_len, eps_to, edge_len, flat, offset, block_first, block_size,
+                     block_counts, block_flat, max_states):  # pragma: no cover - jitted
+    """CSR offsets, absolute edge targets and byte classes from the flattened lists and the
+    blocks' run arrays, then ``_subset``: one compiled call instead of a dozen small numpy ones
+    per terminal."""
+    in_block = np.zeros(n_nfa, np.bool_)
+    edge_len = edge_len.copy()
+    i = 0
+    for b in range(block_first.shape[0]):
+        for q in range(block_first[b], block_first[b] + block_size[b]):
+            in_block[q] = True
+            edge_len[q] = block_counts[i]
+            i += 1
     eps_start = np.zeros(n_nfa + 1, np.int64)
     edge_start = np.zeros(n_nfa + 1, np.int64)
     for s in range(n_nfa):
         eps_start[s + 1] = eps_start[s] + eps_len[s]
         edge_start[s + 1] = edge_start[s] + edge_len[s]
     m = edge_start[n_nfa]
+    # (lo, hi, relative target) triples in state order: list states from ``flat``, block states
+    # from ``block_flat``
+    triples = np.empty(3 * m, np.int64)
+    p = 0
+    for s in range(n_nfa):
+        if not in_block[s]:
+            for j in range(3 * edge_start[s], 3 * edge_start[s + 1]):
+                triples[j] = flat[p]
+                p += 1
+    p = 0
+    for b in range(block_first.shape[0]):
+        q0 = block_first[b]
+        for j in range(3 * edge_start[q0], 3 * edge_start[q0 + block_size[b]]):
+            triples[j] = block_flat[p]
+            p += 1
+    flat = triples
     # byte classes: a boundary at every range start and past every range end
     boundary = np.zeros(257, np.bool_)
     boundary[0] = True
@@ -243,10 +271,15 @@ def _subset_of_lists(n_nfa, start, final, eps_len, eps_to, edge_len, flat, offse
     return table, accepting, byte_to_class, ok
 
 
-def subset_construction(eps: list[list[int]], edges: list[list[tuple[int, int, int]]], offset: list[int], start: int,
-                        final: int, max_states: int):
+def subset_construction(eps: list[list[int]], edges: list[list[tuple[int, int, int]]], offset: list[int],
+                        blocks: list[tuple[int, tuple[np.ndarray, np.ndarray, list[int]]]], start: int, final: int,
+                        max_states: int):
     """Determinise a Thompson NFA given as per-state epsilon targets and (lo, hi, target) byte edges,
     the targets of state ``s`` relative to ``offset[s]``.
+
+    ``blocks`` lists runs of consecutive states whose edges are given as arrays instead (an
+    embedded DFA's): (first state, (edges per state, flat (lo, hi, target) triples, _)), sorted
+    by first state; the edge lists of those states are empty.
 
     Returns (class table [n, k] int32, accepting [n] bool, byte_to_class [256]) or None when more
     than ``max_states`` DFA states are needed. DFA state 0 is the start.
@@ -256,9 +289,16 @@ def subset_construction(eps: list[list[int]], edges: list[list[tuple[int, int, i
     edge_len = np.fromiter(map(len, edges), dtype=np.int64, count=n_nfa)
     eps_to = np.fromiter(chain.from_iterable(eps), dtype=np.int64)
     flat = np.fromiter(chain.from_iterable(chain.from_iterable(edges)), dtype=np.int64)
+    if blocks:
+        block_first = np.fromiter((b for b, _ in blocks), dtype=np.int64, count=len(blocks))
+        block_size = np.fromiter((len(runs[0]) for _, runs in blocks), dtype=np.int64, count=len(blocks))
+        block_counts = np.concatenate([runs[0] for _, runs in blocks])
+        block_flat = np.concatenate([runs[1] for _, runs in blocks])
+    else:
+        block_first = block_size = block_counts = block_flat = _NONE
     table, accepting, byte_to_class, ok = _subset_of_lists(
         n_nfa, start, final, eps_len, eps_to, edge_len, flat, np.fromiter(offset, dtype=np.int64, count=n_nfa),
-        max_states)
+        block_first, block_size, block_counts, block_flat, max_states)
     if not ok:
         return None
     return table, accepting, byte_to_class.astype(np.intp)

@@ -62,6 +62,25 @@ def test_shared_sub_dfas_give_the_same_language():
     assert memo  # the repetitions were compiled on their own
 
 
+def test_embedded_dfas_survive_cloning_and_replay():
+    """An embedded DFA's edges live in a block of the NFA, not in per-state lists: every copy of a
+    fragment holding one (a counted repetition, a small sequence met again) must carry it along."""
+    word_expr = parse_regex("[a-c]{1,3}x?|y")
+
+    def expr(word):
+        inner = seq([literal("<"), word, literal(">")])
+        nested = repeat(seq([inner, repeat(inner, 0, 2)]), 1, 3)
+        return alt([seq([repeat(inner, 2, 4), literal(";"), inner]), seq([inner, literal("!")]), nested])
+
+    embedded, written = compile_regular(expr(compile_regular(word_expr))), compile_regular(expr(word_expr))
+    assert embedded.key == written.key
+    rnd = random.Random(7)
+    for _ in range(300):
+        s = "".join(rnd.choice(["<a>", "<abx>", "<y>", "<>", ";", "!", "<cc"]) for _ in range(rnd.randrange(7)))
+        assert embedded.matches(s.encode()) == written.matches(s.encode()), s
+    assert embedded.matches(b"<a><bx>;<y>") and embedded.matches(b"<y>!") and not embedded.matches(b"<a>;<y>")
+
+
 def test_byte_classes_group_equal_columns():
     d = compile_regular(parse_regex("[a-f]x|[0-9]+|q"))
     cls, b2c = byte_classes(d.table)
