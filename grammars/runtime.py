@@ -113,12 +113,18 @@ class GrammarRuntime:
     # --- parser glue -----------------------------------------------------------------------
 
     def _fresh(self, stack: StackNode) -> MatchState:
-        """Configurations of a stack that has just shifted a terminal: every next terminal at its start."""
+        """Configurations of a stack that has just shifted a terminal: every next terminal at its start.
+
+        Each configuration holds the stack *as reduced* for its terminal (the node the terminal
+        is shifted from), not ``stack`` itself: shifting from it gives the same stacks, and
+        after a member of a left-recursive list the reduced stacks are the same objects
+        whatever the list held, so equal futures give equal match states and share every memo.
+        """
         hit = self._fresh_memo.get(id(stack))
         if hit is not None and hit[0] is stack:
             return hit[1]
         trans = self.parser.transitions(stack)
-        configs = {(stack, t, self.dfas[t].start) for t in trans.shifts}
+        configs = {(node, t, self.dfas[t].start) for t, pairs in trans.shifts.items() for node, _ in pairs}
         if trans.accepts:
             configs.add(ACCEPT)
         result = frozenset(configs)

@@ -306,10 +306,19 @@ class SchemaCompiler:
 
     def add_recursive_rule(self, hint: str, build) -> Expr:
         """A fresh rule whose body ``build(ref)`` may refer to the rule itself through ``ref``."""
-        name = self._fresh(hint)
-        self.rules[name] = NOTHING
-        self.rules[name] = build(Ref(name))
-        return Ref(name)
+        return self.add_rules([hint], lambda refs: [build(refs[0])])[0]
+
+    def add_rules(self, hints: list[str], build) -> list[Expr]:
+        """Fresh rules, one per hint, whose bodies ``build(refs)`` may refer to one another (and
+        to themselves) through ``refs``."""
+        names = [self._fresh(hint) for hint in hints]
+        refs: list[Expr] = [Ref(name) for name in names]
+        for name in names:
+            self.rules[name] = NOTHING
+        bodies = build(refs)
+        for name, body in zip(names, bodies, strict=True):
+            self.rules[name] = body
+        return refs
 
     def _fresh(self, hint: str) -> str:
         """``hint``, or ``hint~n`` for the next free n: the count per hint keeps the thousands of

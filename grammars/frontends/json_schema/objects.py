@@ -24,10 +24,12 @@ hence ``any_order_limit``); beyond it, subsets of the *required* properties seen
 members free to repeat (``any_order_repeating``: exact for validity, since every occurrence is
 checked and a parser keeps one); with more than ``MAX_REPEATING_REQUIRED`` required
 properties, positions in one of two orders of the required ones (``required_in_order_repeating``,
-a narrowing). Each member and the extra member are rules of their own, and runs of
-extra members are right-recursive rules rather than ``Repeat``: that keeps the (large) key
-automaton of extra keys one parser terminal shared by every state, instead of a copy inlined
-into each state's DFA. Duplicate keys are never accepted for known names (except in those
+a narrowing). Each member and the extra member are rules of their own. Lists of members are
+left-recursive rules: the repeating layouts (``member_lists``) and every run of extra members
+(``extra_run``), so the parser stack is the same after each member and masks cached at one
+member boundary serve the next. A run of extra members is a rule rather than a ``Repeat``: that
+keeps the (large) key automaton of extra keys one parser terminal shared by every state,
+instead of a copy inlined into each state's DFA. Duplicate keys are never accepted for known names (except in those
 repeating layouts); extra keys cannot be checked for duplicates by a context-free grammar and are not.
 """
 
@@ -39,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from grammars.errors import GrammarError
 from grammars.frontends.json_schema import combinators
 from grammars.frontends.json_schema.document import Located, count_keyword
-from grammars.ir import NOTHING, Expr, alt, seq
+from grammars.ir import NOTHING, Expr, alt, optional, seq
 
 if TYPE_CHECKING:  # pragma: no cover
     from grammars.frontends.json_schema.compiler import Conjunction, SchemaCompiler
@@ -299,6 +301,7 @@ class _Automaton:
         self.cap = high if high is not None else low
         self.hint = hint
         self.memo: dict = {}
+        self._extra_run: Expr | None = None
         #: set by ``any_order``: its states take extra members themselves, ``F`` only counts up to them
         self.states_take_extras = False
         # Extra keys may repeat ({"x":1,"x":2} parses to one property), which no context-free
@@ -370,12 +373,8 @@ class _Automaton:
             # the state takes its extra members itself (``g_any``)
             return choose(count, True) if started else alt([seq([self.extra, choose(count, True)]), choose(count, False)])
         if self.saturated(count):
-            # F = ", X" F | G, a right-recursive rule rather than a Repeat: recursion keeps it a
-            # parser rule, so the extra member (a big key automaton) is one terminal shared by
-            # every state instead of being copied into one DFA per state
-            tail = choose(count, True)
-            loop_state = self.c.add_recursive_rule(f"{self.hint}@X.{'.'.join(map(str, key))}.{self.label(count)}",
-                                                   lambda me: alt([seq([lay.comma, self.extra, me]), tail]))
+            # F = (", X")* G, the run being the object's ``extra_run`` rule
+            loop_state = seq([optional(self.extra_run()), choose(count, True)])
             if started:
                 return loop_state
             return alt([seq([self.extra, loop_state]), choose(count, False)])
@@ -384,6 +383,17 @@ class _Automaton:
         if nxt is not None:
             options.append(seq([lay.sep(started), self.extra, self.state_f(key, nxt, True, choose)]))
         return alt(options)
+
+    def extra_run(self) -> Expr:
+        """``, X`` once or more: one left-recursive rule shared by every state of the object. A
+        rule rather than a ``Repeat`` keeps the extra member (a big key automaton) one parser
+        terminal instead of a copy inlined into one DFA per state; left recursion keeps the
+        parser stack flat over the run (see ``member_lists``)."""
+        if self._extra_run is None:
+            lay = self.lay
+            self._extra_run = self.c.add_recursive_rule(
+                f"{self.hint}@X", lambda me: alt([seq([me, lay.comma, self.extra]), seq([lay.comma, self.extra])]))
+        return self._extra_run
 
     def state_f(self, key: tuple, count: int, started: bool, choose) -> Expr:
         k = ("F", *key, count, int(started))
@@ -447,25 +457,12 @@ class _Automaton:
         required = [m for m in self.members if m.required]
         anything_optional = self.anything_optional()
         full = (1 << len(required)) - 1
-        lay = self.lay
-        started_rule: dict[int, Expr] = {}
 
-        def choices(seen: int, started: bool, me: Expr | None) -> list[Expr]:
-            out = []
-            if anything_optional is not None:
-                out.append(seq([lay.sep(started), anything_optional, me if me is not None else started_rule[seen]]))
-            for j, m in enumerate(required):
-                after = seen | (1 << j)
-                nxt = me if (after == seen and me is not None) else started_rule[after]
-                out.append(seq([lay.sep(started), m.expr, nxt]))
-            if seen == full:
-                out.append(lay.end(started))
-            return out
+        def moves(seen: int) -> list[tuple[Expr, int]]:
+            out = [(anything_optional, seen)] if anything_optional is not None else []
+            return out + [(m.expr, seen | (1 << j)) for j, m in enumerate(required)]
 
-        for seen in sorted(range(full + 1), key=lambda s: -bin(s).count("1")):  # supersets first
-            started_rule[seen] = self.c.add_recursive_rule(
-                f"{self.hint}@R.{seen}", lambda me, seen=seen: alt(choices(seen, True, me)))
-        return alt(choices(0, False, None))
+        return self.member_lists(range(full + 1), 0, moves, lambda seen: seen == full, "R")
 
     def required_in_order_repeating(self, required_order: tuple[str, ...]) -> Expr:
         """The repeating layout for too many required members to track as a subset: optional
@@ -479,31 +476,50 @@ class _Automaton:
         by_keyword = sorted(required, key=lambda m: rank.get(m.name, len(rank)))
         orders = [required] if by_keyword == required else [required, by_keyword]
         anything_optional = self.anything_optional()
-        lay = self.lay
-        starts = []
+        bodies = []
         for which, sequence in enumerate(orders):
-            state: dict[int, Expr] = {}
 
-            def choices(i: int, started: bool, me: Expr | None, sequence=sequence, state=state) -> list[Expr]:
-                out = []
+            def moves(i: int, sequence=sequence) -> list[tuple[Expr, int]]:
                 repeats = [m.expr for m in sequence[:i]] + ([anything_optional] if anything_optional is not None else [])
-                if repeats:
-                    out.append(seq([lay.sep(started), alt(repeats), me if me is not None else state[i]]))
-                if i < len(sequence):
-                    out.append(seq([lay.sep(started), sequence[i].expr, state[i + 1]]))
-                else:
-                    out.append(lay.end(started))
-                return out
+                out = [(alt(repeats), i)] if repeats else []
+                return out + ([(sequence[i].expr, i + 1)] if i < len(sequence) else [])
 
-            for i in range(len(sequence), -1, -1):  # the later positions first: each state names the next
-                state[i] = self.c.add_recursive_rule(
-                    f"{self.hint}@Q{which}.{i}", lambda me, i=i, choices=choices: alt(choices(i, True, me)))
-            starts.append(alt(choices(0, False, None)))
-        return alt(starts)
+            bodies.append(self.member_lists(range(len(sequence) + 1), 0, moves,
+                                            lambda i, sequence=sequence: i == len(sequence), f"Q{which}"))
+        return alt(bodies)
+
+    def member_lists(self, states, initial, moves, accepting, tag: str) -> Expr:
+        """The bodies of an automaton over member lists, written left-recursively.
+
+        ``moves(q)`` lists (member, next state) pairs; the body is a list of members leading from
+        ``initial`` to an ``accepting`` state. Rule ``P[q]`` derives the nonempty lists that end
+        in ``q``: ``P[q] = first member | P[p] , member``. Left recursion keeps the parser stack
+        flat: after each member it is the same stack again, whatever came before, so every mask
+        cached at one member boundary serves the next. A right-recursive state rule
+        (``q = , member q'``) would push a level per member and make each boundary new.
+        """
+        states = list(states)
+        index = {q: i for i, q in enumerate(states)}
+        lay = self.lay
+
+        def build(refs: list[Expr]) -> list[Expr]:
+            options: list[list[Expr]] = [[] for _ in states]
+            for member, q in moves(initial):
+                options[index[q]].append(seq([lay.sep(False), member]))
+            for p in states:
+                for member, q in moves(p):
+                    options[index[q]].append(seq([refs[index[p]], lay.sep(True), member]))
+            return [alt(o) for o in options]
+
+        lists = self.c.add_rules([f"{self.hint}@{tag}.{q}" for q in states], build)
+        ends = [seq([lists[index[q]], lay.end(True)]) for q in states if accepting(q)]
+        if accepting(initial):
+            ends.append(lay.end(False))
+        return alt(ends)
 
     def g_any(self, emitted: int, count: int, started: bool) -> Expr:
-        """The state after the members in ``emitted``: the next declared member, the end, or
-        (once extra members no longer change the count) an extra member and this state again.
+        """The state after the members in ``emitted``: the next declared member or the end, after
+        (once extra members no longer change the count) a run of extra members.
 
         Taking extra members here rather than in an ``F`` state before it halves the rules of
         an open object (``additionalProperties`` defaults to true), and stays unambiguous: every
@@ -511,23 +527,18 @@ class _Automaton:
         k = ("S", emitted, count, int(started))
         if k in self.memo:
             return self.memo[k]
-
-        def body(me: Expr | None) -> Expr:
-            options = [seq([self.lay.comma, self.extra, me])] if me is not None else []
-            nxt = self.inc(count)
-            if nxt is not None:
-                for i, m in enumerate(self.members):
-                    if emitted & (1 << i):
-                        continue
-                    after = emitted | (1 << i)
-                    rest = self.state_f((after,), nxt, True, lambda cnt, st, after=after: self.g_any(after, cnt, st))
-                    options.append(seq([self.lay.sep(started), m.expr, rest]))
-            if emitted & self.required_mask == self.required_mask:
-                options.append(self.end(count, started))
-            return alt(options)
-
+        options = []
+        nxt = self.inc(count)
+        if nxt is not None:
+            for i, m in enumerate(self.members):
+                if emitted & (1 << i):
+                    continue
+                after = emitted | (1 << i)
+                rest = self.state_f((after,), nxt, True, lambda cnt, st, after=after: self.g_any(after, cnt, st))
+                options.append(seq([self.lay.sep(started), m.expr, rest]))
+        if emitted & self.required_mask == self.required_mask:
+            options.append(self.end(count, started))
+        choice = alt(options)
         if self.extra is not None and started and self.saturated(count):  # as ``free`` expects
-            out = self.c.add_recursive_rule(f"{self.hint}@{'.'.join(map(self.label, k))}", body)
-            self.memo[k] = out
-            return out
-        return self.rule(k, body(None))
+            choice = seq([optional(self.extra_run()), choice])
+        return self.rule(k, choice)

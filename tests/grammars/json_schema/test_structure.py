@@ -329,6 +329,48 @@ def test_repeating_layout_is_kept_off_ambiguous_recursive_leaves(checker):
     assert checker.accepts(recursive, '{"p0":0,"p1":1,"child":{"p3":3}}', property_order="any")
 
 
+@pytest.mark.parametrize("required", [[], ["p1", "p4"], [f"p{i}" for i in range(8)]])
+def test_repeating_layouts_keep_the_parser_stack_flat(checker, required):
+    """After each member of a repeating layout the match state is the same whatever members came
+    before (lists are left-recursive: a member is reduced into the list, not pushed as a level),
+    so what a mask computed at one member boundary is cached under serves every later one. With
+    eight required members the layout is ``required_in_order_repeating``."""
+    props = {f"p{i}": {"type": "integer"} for i in range(12)}
+    schema = {"type": "object", "properties": props, "required": required}
+    matcher_of = checker.compile(schema, property_order="any").matcher
+
+    def state_after(text: str):
+        matcher, data = matcher_of(), list(text.encode())
+        assert matcher.try_advance(data) == len(data), text
+        return matcher.state
+
+    head = "".join(f'"{name}":0,' for name in required)
+    once = state_after("{" + head + '"p9":1,')
+    assert once == state_after("{" + head + '"p9":1,"p10":2,"p9":3,"p11":4,')
+    assert once == state_after("{" + head + '"p11":1,"p9":2,')
+    assert checker.accepts(schema, "{" + head + '"p9":1,"p10":2,"p9":3}', property_order="any")
+
+
+@pytest.mark.parametrize("order", ["any", "schema"])
+@pytest.mark.parametrize("declared", [{}, {"p": {"type": "integer"}, "q": {"type": "string"}}])
+def test_runs_of_extra_members_keep_the_parser_stack_flat(checker, order, declared):
+    """The same for runs of undeclared members (a dictionary after its first member, or an open
+    object after its declared members): each extra member leaves the match state as it found it."""
+    schema = {"type": "object", "properties": declared, "additionalProperties": {"type": "integer"}}
+    matcher_of = checker.compile(schema, property_order=order).matcher
+
+    def state_after(text: str):
+        matcher, data = matcher_of(), list(text.encode())
+        assert matcher.try_advance(data) == len(data), text
+        return matcher.state
+
+    head = '"p":1,' if declared else '"w":0,'  # the first member of a dictionary is not in a run
+    once = state_after("{" + head + '"x":1,')
+    assert once == state_after("{" + head + '"x":1,"y":2,"x":3,')
+    assert checker.accepts(schema, "{" + head + '"x":1,"y":2}', property_order=order)
+    assert not checker.accepts(schema, "{" + head + '"x":1,"y":"2"}', property_order=order)
+
+
 def test_duplicate_declared_keys_are_rejected(checker):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     assert not checker.accepts(schema, '{"a":1,"a":2}', property_order="any")
