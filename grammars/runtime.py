@@ -115,16 +115,23 @@ class GrammarRuntime:
     def _fresh(self, stack: StackNode) -> MatchState:
         """Configurations of a stack that has just shifted a terminal: every next terminal at its start.
 
-        Each configuration holds the stack *as reduced* for its terminal (the node the terminal
-        is shifted from), not ``stack`` itself: shifting from it gives the same stacks, and
-        after a member of a left-recursive list the reduced stacks are the same objects
-        whatever the list held, so equal futures give equal match states and share every memo.
+        A terminal shifted from one node of ``stack``'s reductions is held with that node (the
+        stack *as reduced*), not with ``stack``: shifting from it gives the same stacks, and after
+        a member of a left-recursive list that node is the same object whatever the list held,
+        so equal futures give equal match states and share every memo. A terminal shifted from
+        several nodes (an ambiguity not yet resolved) stays with ``stack``: one configuration,
+        not one per node.
         """
         hit = self._fresh_memo.get(id(stack))
         if hit is not None and hit[0] is stack:
             return hit[1]
         trans = self.parser.transitions(stack)
-        configs = {(node, t, self.dfas[t].start) for t, pairs in trans.shifts.items() for node, _ in pairs}
+        configs = set()
+        for t, pairs in trans.shifts.items():
+            node = pairs[0][0]
+            if any(other is not node for other, _ in pairs):
+                node = stack
+            configs.add((node, t, self.dfas[t].start))
         if trans.accepts:
             configs.add(ACCEPT)
         result = frozenset(configs)

@@ -24,10 +24,13 @@ hence ``any_order_limit``); beyond it, subsets of the *required* properties seen
 members free to repeat (``any_order_repeating``: exact for validity, since every occurrence is
 checked and a parser keeps one); with more than ``MAX_REPEATING_REQUIRED`` required
 properties, positions in one of two orders of the required ones (``required_in_order_repeating``,
-a narrowing). Each member and the extra member are rules of their own. Lists of members are
-left-recursive rules: the repeating layouts (``member_lists``) and every run of extra members
-(``extra_run``), so the parser stack is the same after each member and masks cached at one
-member boundary serve the next. A run of extra members is a rule rather than a ``Repeat``: that
+a narrowing). Each member and the extra member are rules of their own. Unbounded lists of members
+are left-recursive rules where that pays: ``any_order_repeating`` (``member_lists``) and the runs
+of extra members before a declared member or the end (``extra_run``), so the parser stack is the
+same after each member and masks cached at one member boundary serve the next. (Written so,
+``required_in_order_repeating`` kept more parses alive inside members of a ``oneOf`` of such
+objects, and any-order states with their own extra members grew a rule each; both stay
+right-recursive.) A run of extra members is a rule rather than a ``Repeat``: that
 keeps the (large) key automaton of extra keys one parser terminal shared by every state,
 instead of a copy inlined into each state's DFA. Duplicate keys are never accepted for known names (except in those
 repeating layouts); extra keys cannot be checked for duplicates by a context-free grammar and are not.
@@ -476,17 +479,27 @@ class _Automaton:
         by_keyword = sorted(required, key=lambda m: rank.get(m.name, len(rank)))
         orders = [required] if by_keyword == required else [required, by_keyword]
         anything_optional = self.anything_optional()
-        bodies = []
+        lay = self.lay
+        starts = []
         for which, sequence in enumerate(orders):
+            state: dict[int, Expr] = {}
 
-            def moves(i: int, sequence=sequence) -> list[tuple[Expr, int]]:
+            def choices(i: int, started: bool, me: Expr | None, sequence=sequence, state=state) -> list[Expr]:
+                out = []
                 repeats = [m.expr for m in sequence[:i]] + ([anything_optional] if anything_optional is not None else [])
-                out = [(alt(repeats), i)] if repeats else []
-                return out + ([(sequence[i].expr, i + 1)] if i < len(sequence) else [])
+                if repeats:
+                    out.append(seq([lay.sep(started), alt(repeats), me if me is not None else state[i]]))
+                if i < len(sequence):
+                    out.append(seq([lay.sep(started), sequence[i].expr, state[i + 1]]))
+                else:
+                    out.append(lay.end(started))
+                return out
 
-            bodies.append(self.member_lists(range(len(sequence) + 1), 0, moves,
-                                            lambda i, sequence=sequence: i == len(sequence), f"Q{which}"))
-        return alt(bodies)
+            for i in range(len(sequence), -1, -1):  # the later positions first: each state names the next
+                state[i] = self.c.add_recursive_rule(
+                    f"{self.hint}@Q{which}.{i}", lambda me, i=i, choices=choices: alt(choices(i, True, me)))
+            starts.append(alt(choices(0, False, None)))
+        return alt(starts)
 
     def member_lists(self, states, initial, moves, accepting, tag: str) -> Expr:
         """The bodies of an automaton over member lists, written left-recursively.
@@ -518,8 +531,8 @@ class _Automaton:
         return alt(ends)
 
     def g_any(self, emitted: int, count: int, started: bool) -> Expr:
-        """The state after the members in ``emitted``: the next declared member or the end, after
-        (once extra members no longer change the count) a run of extra members.
+        """The state after the members in ``emitted``: the next declared member, the end, or
+        (once extra members no longer change the count) an extra member and this state again.
 
         Taking extra members here rather than in an ``F`` state before it halves the rules of
         an open object (``additionalProperties`` defaults to true), and stays unambiguous: every
@@ -527,18 +540,23 @@ class _Automaton:
         k = ("S", emitted, count, int(started))
         if k in self.memo:
             return self.memo[k]
-        options = []
-        nxt = self.inc(count)
-        if nxt is not None:
-            for i, m in enumerate(self.members):
-                if emitted & (1 << i):
-                    continue
-                after = emitted | (1 << i)
-                rest = self.state_f((after,), nxt, True, lambda cnt, st, after=after: self.g_any(after, cnt, st))
-                options.append(seq([self.lay.sep(started), m.expr, rest]))
-        if emitted & self.required_mask == self.required_mask:
-            options.append(self.end(count, started))
-        choice = alt(options)
+
+        def body(me: Expr | None) -> Expr:
+            options = [seq([self.lay.comma, self.extra, me])] if me is not None else []
+            nxt = self.inc(count)
+            if nxt is not None:
+                for i, m in enumerate(self.members):
+                    if emitted & (1 << i):
+                        continue
+                    after = emitted | (1 << i)
+                    rest = self.state_f((after,), nxt, True, lambda cnt, st, after=after: self.g_any(after, cnt, st))
+                    options.append(seq([self.lay.sep(started), m.expr, rest]))
+            if emitted & self.required_mask == self.required_mask:
+                options.append(self.end(count, started))
+            return alt(options)
+
         if self.extra is not None and started and self.saturated(count):  # as ``free`` expects
-            choice = seq([optional(self.extra_run()), choice])
-        return self.rule(k, choice)
+            out = self.c.add_recursive_rule(f"{self.hint}@{'.'.join(map(self.label, k))}", body)
+            self.memo[k] = out
+            return out
+        return self.rule(k, body(None))

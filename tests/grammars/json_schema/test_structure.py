@@ -329,12 +329,11 @@ def test_repeating_layout_is_kept_off_ambiguous_recursive_leaves(checker):
     assert checker.accepts(recursive, '{"p0":0,"p1":1,"child":{"p3":3}}', property_order="any")
 
 
-@pytest.mark.parametrize("required", [[], ["p1", "p4"], [f"p{i}" for i in range(8)]])
-def test_repeating_layouts_keep_the_parser_stack_flat(checker, required):
-    """After each member of a repeating layout the match state is the same whatever members came
+@pytest.mark.parametrize("required", [[], ["p1", "p4"]])
+def test_repeating_layout_keeps_the_parser_stack_flat(checker, required):
+    """After each member of the repeating layout the match state is the same whatever members came
     before (lists are left-recursive: a member is reduced into the list, not pushed as a level),
-    so what a mask computed at one member boundary is cached under serves every later one. With
-    eight required members the layout is ``required_in_order_repeating``."""
+    so what a mask computed at one member boundary is cached under serves every later one."""
     props = {f"p{i}": {"type": "integer"} for i in range(12)}
     schema = {"type": "object", "properties": props, "required": required}
     matcher_of = checker.compile(schema, property_order="any").matcher
@@ -351,11 +350,13 @@ def test_repeating_layouts_keep_the_parser_stack_flat(checker, required):
     assert checker.accepts(schema, "{" + head + '"p9":1,"p10":2,"p9":3}', property_order="any")
 
 
-@pytest.mark.parametrize("order", ["any", "schema"])
-@pytest.mark.parametrize("declared", [{}, {"p": {"type": "integer"}, "q": {"type": "string"}}])
+@pytest.mark.parametrize(("order", "declared"), [
+    ("any", {}), ("schema", {}), ("schema", {"p": {"type": "integer"}, "q": {"type": "string"}})])
 def test_runs_of_extra_members_keep_the_parser_stack_flat(checker, order, declared):
     """The same for runs of undeclared members (a dictionary after its first member, or an open
-    object after its declared members): each extra member leaves the match state as it found it."""
+    object in schema order after a declared member): each extra member leaves the match state as
+    it found it. (An any-order state takes its extra members itself, right-recursively: extra
+    members among a few declared ones are rare, and a run there would add a rule per state.)"""
     schema = {"type": "object", "properties": declared, "additionalProperties": {"type": "integer"}}
     matcher_of = checker.compile(schema, property_order=order).matcher
 
