@@ -565,7 +565,7 @@ def _nullable(expr) -> bool:
 
 def _determinize(nfa: _NFA, start: int, final: int, max_states: int):
     """Subset construction. Returns (class table [n, k] int32, accepting [n] bool, byte_to_class)."""
-    out = subset_construction(nfa.eps, nfa.edges, nfa.offset, [(b, d._runs) for b, d in nfa.blocks], start, final,
+    out = subset_construction(nfa.eps, nfa.edges, nfa.offset, [(b, *d._runs[:2]) for b, d in nfa.blocks], start, final,
                               max_states)
     if out is None:
         raise LimitExceeded(

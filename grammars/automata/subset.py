@@ -272,14 +272,14 @@ def _subset_of_lists(n_nfa, start, final, eps_len, eps_to, edge_len, flat, offse
 
 
 def subset_construction(eps: list[list[int]], edges: list[list[tuple[int, int, int]]], offset: list[int],
-                        blocks: list[tuple[int, tuple[np.ndarray, np.ndarray, list[int]]]], start: int, final: int,
+                        blocks: list[tuple[int, np.ndarray, np.ndarray]], start: int, final: int,
                         max_states: int):
     """Determinise a Thompson NFA given as per-state epsilon targets and (lo, hi, target) byte edges,
     the targets of state ``s`` relative to ``offset[s]``.
 
     ``blocks`` lists runs of consecutive states whose edges are given as arrays instead (an
-    embedded DFA's): (first state, (edges per state, flat (lo, hi, target) triples, _)), sorted
-    by first state; the edge lists of those states are empty.
+    embedded DFA's): (first state, edges per state, flat (lo, hi, target) triples), sorted by
+    first state; the edge lists of those states are empty.
 
     Returns (class table [n, k] int32, accepting [n] bool, byte_to_class [256]) or None when more
     than ``max_states`` DFA states are needed. DFA state 0 is the start.
@@ -290,10 +290,10 @@ def subset_construction(eps: list[list[int]], edges: list[list[tuple[int, int, i
     eps_to = np.fromiter(chain.from_iterable(eps), dtype=np.int64)
     flat = np.fromiter(chain.from_iterable(chain.from_iterable(edges)), dtype=np.int64)
     if blocks:
-        block_first = np.fromiter((b for b, _ in blocks), dtype=np.int64, count=len(blocks))
-        block_size = np.fromiter((len(runs[0]) for _, runs in blocks), dtype=np.int64, count=len(blocks))
-        block_counts = np.concatenate([runs[0] for _, runs in blocks])
-        block_flat = np.concatenate([runs[1] for _, runs in blocks])
+        block_first = np.fromiter((b for b, _, _ in blocks), dtype=np.int64, count=len(blocks))
+        block_size = np.fromiter((len(counts) for _, counts, _ in blocks), dtype=np.int64, count=len(blocks))
+        block_counts = np.concatenate([counts for _, counts, _ in blocks])
+        block_flat = np.concatenate([flat for _, _, flat in blocks])
     else:
         block_first = block_size = block_counts = block_flat = _NONE
     table, accepting, byte_to_class, ok = _subset_of_lists(
