@@ -24,10 +24,12 @@ import pytest
 from jsonschemabench import report
 from jsonschemabench.maskbench import (
     OUTCOMES,
+    Task,
     WorkerConfig,
     list_cases,
     run_case,
     run_maskbench,
+    run_tasks,
     select_sample,
     serialize_instance,
     split_of,
@@ -388,6 +390,27 @@ def test_resume_keeps_finished_rows_and_runs_the_rest(tmp_path):
     again = run_maskbench(files, engines, out, config=config, workers=1, timeout_s=5.0, progress=False, resume=True)
     assert again["engines"][spec("RejectAll")]["schemas"] == len(files)  # nothing left to run...
     assert again["engines"][spec("RejectAll")]["version"] == "0"  # ...and the versions come from engines.json
+
+
+def report_heap_state(engine, tokenizer, payload, progress):
+    """A task function: what the collector sees in a worker once its engine is set up."""
+    import gc
+
+    return {"outcome": "pass", "frozen": gc.get_freeze_count(),
+            "engine_frozen": gc.is_tracked(engine) and all(obj is not engine for obj in gc.get_objects())}
+
+
+def test_worker_set_up_state_is_out_of_the_collectors_reach(tmp_path):
+    """Every task begins with ``gc.collect()``: the tokenizer and engines must be frozen, or each
+    collection walks their whole heap (most of a full run's wall time, untimed)."""
+    records = []
+    tasks = [Task(key=i, engine=spec("AcceptAll"), function=spec("report_heap_state"), payload=None)
+             for i in range(2)]
+    run_tasks(tasks, WorkerConfig(tokenizer_loader=spec("byte_tokenizer")),
+              lambda task, record, info: records.append(record), workers=1, timeout_s=30.0)
+    assert len(records) == 2
+    for record in records:
+        assert record["frozen"] > 0 and record["engine_frozen"], record
 
 
 # --- smoke: corral and llguidance on two real files -----------------------------------------------
