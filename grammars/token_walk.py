@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from dataclasses import dataclass
 from threading import Lock
 
 import numpy as np
@@ -37,14 +38,18 @@ __all__ = ["PathWalk", "WalkCache", "tokens_to_words", "bounded_equivalence"]
 
 
 @njit(cache=True, nogil=True)
-def _child_byte_counts(child_start, child_count, node_byte, nodes):  # pragma: no cover - jitted
-    """How many edges leaving ``nodes`` carry each byte."""
-    counts = np.zeros(256, np.int64)
+def _child_byte_summary(child_start, child_count, node_byte, nodes):  # pragma: no cover - jitted
+    """The bytes on edges leaving ``nodes`` (a 256-bit set as four words) and how many edges."""
+    words = np.zeros(4, np.uint64)
+    total = 0
     for i in range(nodes.shape[0]):
         c0 = child_start[nodes[i]]
-        for c in range(c0, c0 + child_count[nodes[i]]):
-            counts[node_byte[c]] += 1
-    return counts
+        n = child_count[nodes[i]]
+        total += n
+        for c in range(c0, c0 + n):
+            b = node_byte[c]
+            words[b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+    return words, total
 
 
 @njit(cache=True, nogil=True)
@@ -447,34 +452,49 @@ _walk_ids = itertools.count()
 
 @njit(cache=True, nogil=True)
 def _reachable_form(flat, accepting, state, limit):  # pragma: no cover - jitted
-    """The states reachable from ``state`` renumbered breadth-first (bytes in order): their
-    transition rows then accepting flags, as int32; empty when more than ``limit`` are reachable."""
+    """The language from ``state`` in canonical form, as int32; empty when more than ``limit``
+    states are reachable.
+
+    The reachable states are numbered breadth-first, bytes in order, and each is written as its
+    accepting flag, its number of runs and its runs: maximal byte ranges with one target, as
+    (first byte, target's number or -1). A minimal DFA's reachable part written so is the same
+    for the same language; runs keep the form (and what is hashed) a few ints a state, where
+    full rows took 1 KB each.
+    """
     n = accepting.shape[0]
     label = np.full(n, -1, np.int32)
     order = np.empty(limit, np.int64)
+    form = np.empty(limit * 514, np.int32)
     order[0] = state
     label[state] = 0
     count = 1
     head = 0
+    size = 0
     while head < count:
         q = order[head]
         head += 1
+        form[size] = 1 if accepting[q] else 0
+        runs_at = size + 1
+        size += 2
+        runs = 0
+        prev = -2
         for b in range(256):
             t = flat[q * 256 + b]
+            if t == prev:
+                continue
+            prev = t
             if t >= 0 and label[t] < 0:
                 if count == limit:
                     return np.empty(0, np.int32)
                 label[t] = count
                 order[count] = t
                 count += 1
-    form = np.empty(count * 257, np.int32)
-    for i in range(count):
-        q = order[i]
-        for b in range(256):
-            t = flat[q * 256 + b]
-            form[i * 256 + b] = label[t] if t >= 0 else -1
-        form[count * 256 + i] = 1 if accepting[q] else 0
-    return form
+            form[size] = b
+            form[size + 1] = label[t] if t >= 0 else -1
+            size += 2
+            runs += 1
+        form[runs_at] = runs
+    return form[:size].copy()
 
 
 #: Walk classes are computed when rounds x states x byte classes stays under this many cells
@@ -486,21 +506,19 @@ class PathWalk:
     """The result of walking one lexical path: tokens reachable and where the last lexeme may end.
 
     ``mask`` (packed) is set for root walks, ``tokens`` (ids) for sub-walks, which are small.
-    ``child_bytes[b]`` counts the edges with byte ``b`` leaving the accept nodes: a next lexeme
-    whose first bytes have no such edge cannot continue this path, and the sum sizes the scan.
+    ``child_byte_set`` (a 256-bit int) holds the bytes on edges leaving the accept nodes: a
+    next lexeme whose first bytes are none of them cannot continue this path (the hot "can
+    anything follow" test); ``children_total`` counts those edges, which sizes the scan.
     """
 
-    __slots__ = ("mask", "tokens", "accept_nodes", "child_bytes", "child_byte_set", "children_total", "_accept_bits",
-                 "_nodes_key")
+    __slots__ = ("mask", "tokens", "accept_nodes", "child_byte_set", "children_total", "_accept_bits", "_nodes_key")
 
-    def __init__(self, mask, tokens, accept_nodes, child_bytes: np.ndarray):
+    def __init__(self, mask, tokens, accept_nodes, child_byte_set: int, children_total: int):
         self.mask = mask
         self.tokens = tokens
         self.accept_nodes = accept_nodes
-        self.child_bytes = child_bytes
-        #: the bytes with a non-zero count, as a 256-bit int: the hot "can anything follow" test
-        self.child_byte_set = _bit_set(child_bytes > 0)
-        self.children_total = int(child_bytes.sum())
+        self.child_byte_set = child_byte_set
+        self.children_total = children_total
         self._accept_bits: np.ndarray | None = None
         self._nodes_key: object = None
 
@@ -522,9 +540,12 @@ class PathWalk:
 class WalkCache:
     """Root walks per (DFA, state), and sub-walks per (where the parent walk ends, DFA, state).
 
-    Walks are keyed by walk class within a DFA and, for small sub-languages, by the language
-    itself across DFAs (``language_key``); sub-walks by the parent's accept nodes, so parents
-    that end alike share their extensions (``PathWalk.nodes_key``).
+    Root walks are keyed by walk class within a DFA and, for small sub-languages, by the language
+    itself across DFAs (``language_key``); sub-walks by the parent's accept nodes and the walk
+    class, so parents that end alike share their extensions (``PathWalk.nodes_key``). Sub-walks
+    take no language key: the same parent nodes under another DFA with the same remaining
+    language never came up (0 of ~45,000 cold sub-walks on MaskBench files and the GBNF
+    grammars), while computing the key cost more than most sub-walks.
 
     Bounded by the bytes of the arrays it holds (a broad terminal's accept nodes alone can take
     ~1 MB): past ``max_bytes`` everything is dropped and rebuilt on demand. Shared by every
@@ -544,9 +565,15 @@ class WalkCache:
         self._walked: dict = {}  # DFA key -> root walks so far (see walk_class)
         self._singleton_ids = np.zeros(0, dtype=np.int64)
         self._language_keys: dict = {}
-        self._children: dict = {}  # (parent walk's nodes_key, DFA key, walk class or language) -> PathWalk
+        self._children: dict = {}  # (parent walk's nodes_key, DFA key, walk class) -> PathWalk
         self._horizon = int(trie.node_depth.max())  # the longest token, in bytes
-        self._edge_counts = np.diff(trie.edge_byte_start)
+        # per byte: trie edges carrying it, and nodes below the root's child on it (children of
+        # a node have distinct bytes): a state's live bytes dotted with these size its walks
+        by_byte = np.zeros((2, 256), dtype=np.int64)
+        by_byte[0] = np.diff(trie.edge_byte_start)
+        first = slice(1, 1 + int(trie.child_count[0]))
+        by_byte[1, trie.node_byte[first]] = trie.subtree_size[first]
+        self._by_byte = by_byte
         self._slices = default_slices(trie, logits_width)
         self._load_kernels()
 
@@ -568,7 +595,7 @@ class WalkCache:
         _linear_walk(trie.node_parent, trie.node_byte, trie.token_node, dead, no, 0, self._words)
         bits = _node_bitset(_ROOT, trie.n_nodes)
         self._kernel_sub_walk(dead, no, 0, _ROOT, bits, True, 1)
-        _child_byte_counts(trie.child_start, trie.child_count, trie.node_byte, _ROOT)
+        _child_byte_summary(trie.child_start, trie.child_count, trie.node_byte, _ROOT)
         tokens_to_words(np.zeros(0, dtype=np.int64), self._words)
         _reachable_form(dead, no, 0, 2)
         small = load_kernels()  # the DFA construction kernels too: every compile needs them
@@ -629,7 +656,7 @@ class WalkCache:
             if dfa.n_states <= LANGUAGE_KEY_MAX_DFA:
                 form = _reachable_form(_flat(dfa), dfa.accepting, state, LANGUAGE_KEY_MAX_REACH)
                 if form.shape[0]:
-                    key = hashlib.blake2b(form.tobytes(), digest_size=20).digest()
+                    key = hashlib.sha256(form.tobytes()).digest()[:20]
             self._language_keys[memo] = key
         return key
 
@@ -639,17 +666,18 @@ class WalkCache:
         hit = self._roots.get(key)
         if hit is not None:
             return hit
-        language = self.language_key(dfa, state)
+        trie = self.trie
+        reach = self._live_bytes(dfa, state).root_reach
+        # a depth-first node costs ~20x a linear-pass node; such walks (keywords, punctuation) cost
+        # ~30 µs, and sharing them by language saved less than the key costs
+        narrow = reach * 20 < trie.n_nodes
+        language = None if narrow else self.language_key(dfa, state)
         hit = self._roots.get(language) if language is not None else None
         if hit is not None:
             self._roots[key] = hit
             return hit
         self._note_root_walk(dfa)
-        trie = self.trie
-        first = slice(1, 1 + int(trie.child_count[0]))
-        reach = int(trie.subtree_size[first][self._live_bytes(dfa, state)[0][trie.node_byte[first]]].sum())
-        if reach * 20 < trie.n_nodes:  # a depth-first node costs ~20x a linear-pass node
-            # few subtrees start with an allowed byte (keywords, punctuation): walk only those
+        if narrow:  # few subtrees start with an allowed byte: walk only those
             tokens, accept = self._sub_walk(dfa, state, _ROOT, None)
             words = tokens_to_words(tokens, self._words)
         elif reach * 2 < trie.n_nodes:  # whitespace, numbers: jump over the dead subtrees
@@ -662,7 +690,7 @@ class WalkCache:
                 words, accept = _linear_walk(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa),
                                              dfa.accepting, state, self._words)
         words.setflags(write=False)
-        walk = PathWalk(words, None, accept, self._child_bytes(accept))
+        walk = PathWalk(words, None, accept, *self._child_bytes(accept))
         with self._lock:
             self._account(walk)
             self._roots[key] = walk
@@ -677,22 +705,17 @@ class WalkCache:
         hit = self._children.get(key)
         if hit is not None:
             return hit
-        live, live_set = self._live_bytes(dfa, state)
-        language = None
-        if not walk.child_byte_set & live_set:
+        live = self._live_bytes(dfa, state)
+        if not walk.child_byte_set & live.byte_set:
             child = _EMPTY_WALK
-        elif (language := self.language_key(dfa, state)) is not None and (nodes, language) in self._children:
-            child = self._children[(nodes, language)]
         else:
-            tokens, accept = self._sub_walk(dfa, state, walk.accept_nodes, walk if
-                                            int(self._edge_counts[live].sum()) < walk.children_total else None)
-            child = PathWalk(None, tokens, accept, self._child_bytes(accept))
+            tokens, accept = self._sub_walk(dfa, state, walk.accept_nodes,
+                                            walk if live.edges < walk.children_total else None)
+            child = PathWalk(None, tokens, accept, *self._child_bytes(accept))
             with self._lock:
                 self._account(child)
         with self._lock:
             self._children[key] = child
-            if language is not None:
-                self._children[(nodes, language)] = child
         return child
 
     def token_next_states(self, dfa, state: int) -> np.ndarray:
@@ -713,19 +736,24 @@ class WalkCache:
             self._held_bytes = 0
         self._held_bytes += size
 
-    def _live_bytes(self, dfa, state: int) -> tuple[np.ndarray, int]:
-        """The bytes a lexeme can start with from ``state``: as bool[256] and as a 256-bit int."""
+    def _live_bytes(self, dfa, state: int) -> "_LiveBytes":
+        """The bytes a lexeme can start with from ``state``, and what they reach in the trie."""
         key = (dfa.key, state)
         live = self._live.get(key)
         if live is None:
             flags = dfa.table[state] >= 0
-            live = (flags, _bit_set(flags))
-            self._live[key] = live
+            edges, root_reach = (self._by_byte @ flags).tolist()
+            live = self._live[key] = _LiveBytes(flags, _bit_set(flags), edges, root_reach)
         return live
 
-    def _child_bytes(self, nodes: np.ndarray) -> np.ndarray:
+    def _child_bytes(self, nodes: np.ndarray) -> tuple[int, int]:
+        """``PathWalk``'s (child_byte_set, children_total) for accept nodes ``nodes``."""
+        if not nodes.shape[0]:  # most sub-walks: no lexeme ends inside a token
+            return 0, 0
         trie = self.trie
-        return _child_byte_counts(trie.child_start, trie.child_count, trie.node_byte, nodes)
+        words, total = _child_byte_summary(trie.child_start, trie.child_count, trie.node_byte, nodes)
+        w = words.tolist()
+        return w[0] | w[1] << 64 | w[2] << 128 | w[3] << 192, int(total)
 
     def _sub_walk(self, dfa, state: int, parents: np.ndarray, by_edges: PathWalk | None):
         """Run the sub-walk kernel; ``by_edges`` (the parents' walk) selects the edge scan."""
@@ -755,6 +783,16 @@ class WalkCache:
                          accepting, state, parents, bits, use_edges, capacity, dedup)
 
 
+@dataclass(frozen=True)
+class _LiveBytes:
+    """What ``WalkCache._live_bytes`` knows of one DFA state, memoised: it sizes every walk from it."""
+
+    flags: np.ndarray  # bool[256]: bytes with a live transition
+    byte_set: int  # the same as a 256-bit int
+    edges: int  # trie edges carrying one of them (the edge scan of a sub-walk)
+    root_reach: int  # trie nodes below the root's children on them (what a root walk may visit)
+
+
 def _bit_set(flags: np.ndarray) -> int:
     """bool[256] -> int with bit b set where flags[b]."""
     return int.from_bytes(np.packbits(flags, bitorder="little").tobytes(), "little")
@@ -762,7 +800,7 @@ def _bit_set(flags: np.ndarray) -> int:
 
 _ROOT = np.zeros(1, dtype=np.int64)
 _NO_BITS = np.zeros(1, dtype=np.uint64)
-_EMPTY_WALK = PathWalk(None, np.empty(0, np.int64), np.empty(0, np.int64), np.zeros(256, np.int64))
+_EMPTY_WALK = PathWalk(None, np.empty(0, np.int64), np.empty(0, np.int64), 0, 0)
 
 
 def _flat(dfa) -> np.ndarray:
