@@ -42,6 +42,7 @@ class LR0Automaton:
             by_lhs.setdefault(p.lhs, []).append(i)
         self._by_lhs = by_lhs
         self._first_items: dict[int, frozenset[int]] = {}
+        self._closure_cache: dict[int, tuple[dict[int, frozenset], tuple[int, ...]]] = {}
         self._kernels: dict[frozenset, int] = {}
         self._states: list[LRState] = []
         self._goto: dict[tuple[int, int], int] = {}
@@ -69,6 +70,24 @@ class LR0Automaton:
         self._first_items[nt] = result
         return result
 
+    def _closure_shifts(self, nt: int) -> tuple[dict[int, frozenset], tuple[int, ...]]:
+        """What closing over ``nt`` adds to an item set: per next symbol, the items (q, 1) of the
+        productions it starts that shift it, and the empty productions it reduces (none in the
+        normal form). Memoised: item sets that close over the same nonterminal (every state of
+        an object waits for its members) merge these maps instead of re-deriving every item."""
+        cached = self._closure_cache.get(nt)
+        if cached is None:
+            groups: dict[int, list] = {}
+            empty = []
+            for q in self._start_productions(nt):
+                rhs = self.rhs[q]
+                if rhs:
+                    groups.setdefault(rhs[0], []).append((q, 1))
+                else:
+                    empty.append(q)
+            cached = self._closure_cache[nt] = ({sym: frozenset(items) for sym, items in groups.items()}, tuple(empty))
+        return cached
+
     def _intern(self, kernel: frozenset) -> int:
         idx = self._kernels.get(kernel)
         if idx is not None:
@@ -77,22 +96,34 @@ class LR0Automaton:
             idx = self._kernels.get(kernel)
             if idx is not None:
                 return idx
-            items = set(kernel)
-            for p, dot in kernel:
-                rhs = self.rhs[p]
-                if dot < len(rhs) and not is_terminal(rhs[dot]):
-                    items.update((q, 0) for q in self._start_productions(rhs[dot]))
-            shifts: dict[int, set] = {}
+            shifts: dict[int, set | frozenset] = {}
             reductions = []
             accepts = False
-            for p, dot in items:
+            closed: list[int] = []
+            for p, dot in kernel:
                 rhs = self.rhs[p]
                 if dot < len(rhs):
-                    shifts.setdefault(rhs[dot], set()).add((p, dot + 1))
+                    sym = rhs[dot]
+                    own = shifts.get(sym)
+                    if own is None:
+                        shifts[sym] = {(p, dot + 1)}
+                    else:
+                        own.add((p, dot + 1))
+                    if not is_terminal(sym) and sym not in closed:
+                        closed.append(sym)
                 elif p == self.augmented:
                     accepts = True
                 else:
                     reductions.append(p)
+            for nt in closed:
+                added, empty = self._closure_shifts(nt)
+                reductions.extend(q for q in empty if q not in reductions)
+                for sym, items in added.items():
+                    have = shifts.get(sym)
+                    if have is None:
+                        shifts[sym] = items  # shared until another item joins it
+                    elif have is not items:
+                        shifts[sym] = have | items
             state = LRState({s: frozenset(k) for s, k in shifts.items()}, tuple(sorted(reductions)), accepts)
             self._states.append(state)
             idx = len(self._states) - 1
