@@ -181,3 +181,51 @@ def test_bounded_equivalence_matches_synchronous_rounds(data, n, k, chain, round
     accepting = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
     got = bounded_equivalence(table, accepting, rounds)
     assert _partition(got.tolist()) == _partition(_synchronous_moore(table, accepting, rounds))
+
+
+def _node_children_bytes(trie, nodes) -> tuple[int, int]:
+    """Brute force of a walk's (child_byte_set, children_total): the bytes and the number of
+    trie edges leaving its accept nodes."""
+    byte_set, total = 0, 0
+    for node in nodes:
+        start, count = int(trie.child_start[node]), int(trie.child_count[node])
+        for child in range(start, start + count):
+            byte_set |= 1 << int(trie.node_byte[child])
+            total += 1
+    return byte_set, total
+
+
+@pytest.mark.parametrize("first,second", [(r"a+", r"b[a-d]?"), (r"(ab)+", r"c*d"), (r"[a-d]", r"[a-d]{2}")])
+def test_walk_child_bytes_match_the_trie(walks, first, second):
+    """The "can anything follow" byte set and the edge count that sizes the next scan."""
+    dfa1 = compile_regular(parse_regex(first))
+    dfa2 = compile_regular(parse_regex(second))
+    root = walks.root(dfa1, dfa1.start)
+    child = walks.extend(root, dfa2, dfa2.start)
+    for walk in (root, child):
+        assert (walk.child_byte_set, walk.children_total) == _node_children_bytes(walks.trie, walk.accept_nodes.tolist())
+    assert root.children_total > 0  # the cases end lexemes inside tokens
+
+
+def test_language_key_is_the_language_from_the_state(walks):
+    """Equal remaining languages in different DFAs share a key; different ones do not."""
+    inner = compile_regular(parse_regex(r"[a-c]*d"))
+    prefixed = compile_regular(parse_regex(r"x[a-c]*d"))
+    other = compile_regular(parse_regex(r"x[a-c]*dd?"))
+    after_x = prefixed.run(b"x")
+    key = walks.language_key(inner, inner.start)
+    assert key is not None
+    assert walks.language_key(prefixed, after_x) == key
+    assert walks.language_key(prefixed, prefixed.start) != key
+    assert walks.language_key(other, other.run(b"x")) not in (None, key)
+    # walks from the two states are the same object: shared through the key
+    assert walks.root(prefixed, after_x) is walks.root(inner, inner.start)
+
+
+def test_language_key_gives_up_past_the_reach_limit(walks):
+    from grammars.token_walk import LANGUAGE_KEY_MAX_REACH
+
+    counted = compile_regular(parse_regex(f"a{{{LANGUAGE_KEY_MAX_REACH + 5}}}"))
+    assert walks.language_key(counted, counted.start) is None
+    near_end = counted.run(b"a" * 10)
+    assert walks.language_key(counted, near_end) is not None
