@@ -104,6 +104,7 @@ class GrammarRuntime:
         self._mask_memo = BoundedCache(min(cap, 4096))  # 16 KB a mask at 128k tokens
         self._projected_memo = BoundedCache(min(cap, 4096))
         self._boundary_memo = BoundedCache(min(cap, 4096))
+        self._collect_memo = BoundedCache(min(cap, 4096))
         self._dead_start_memo = BoundedCache(min(cap, 1024))
         root_configs = set(self._fresh(self.parser.root))
         if cfg.start_nullable:
@@ -290,8 +291,7 @@ class GrammarRuntime:
         if hit is not None:
             return hit
         collected: list[np.ndarray] = []
-        self._collect(inside, succ, collected)
-        collected = [c for c in collected if c.shape[0]]
+        self._collect(inside, succ, collected)  # non-empty arrays only
         if collected:
             result = tokens_to_words(np.concatenate(collected), self.words)
             result.setflags(write=False)
@@ -301,18 +301,33 @@ class GrammarRuntime:
         return result
 
     def _collect(self, walk: PathWalk, configs: MatchState, out: list[np.ndarray]) -> None:
-        """Add the tokens that continue ``walk`` through ``configs`` (recursively across lexemes)."""
+        """Add the tokens that continue ``walk`` through ``configs`` (recursively across lexemes).
+
+        Memoised by (where ``walk`` ends, ``configs``): boundaries that miss their own memo (a
+        new parser context around the same lexeme) still meet the same nested pairs, about a
+        third of the calls on MaskBench files.
+        """
+        key = (walk.nodes_key(), configs)
+        hit = self._collect_memo.get(key)
+        if hit is not None:
+            out.extend(hit)
+            return
+        found: list[np.ndarray] = []
         groups: dict[tuple[int, int], list[StackNode]] = {}
         for stack, t, s in configs:
             if stack is not None:
                 groups.setdefault((t, s), []).append(stack)
         for (t, s), stacks in groups.items():
             child = self._walks.extend(walk, self.dfas[t], s)
-            out.append(child.tokens)
+            if child.tokens.shape[0]:
+                found.append(child.tokens)
             if child.children_total:  # some token goes on after this lexeme: ask the parser what may follow
                 seen: set[int] = set()
                 for stack in stacks:
                     succ = self.complete(stack, t)
                     if succ and id(succ) not in seen:
                         seen.add(id(succ))
-                        self._collect(child, succ, out)
+                        self._collect(child, succ, found)
+        found_tuple = tuple(found)
+        self._collect_memo.put(key, found_tuple)
+        out.extend(found_tuple)

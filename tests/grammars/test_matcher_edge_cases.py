@@ -222,3 +222,41 @@ def test_deeply_nested_input_is_a_typed_error():
     with pytest.raises(LimitExceeded):
         Compiler(vocab).compile_json_schema(schema)
     assert Compiler(vocab).compile_regex("(a)").matcher() is not None  # the compiler stays usable
+
+
+def test_boundary_walks_served_from_the_collect_memo_give_the_same_masks():
+    """Masks recomputed with every whole-mask and boundary memo dropped, so that nested
+    (walk end, successor configurations) pairs come from ``_collect``'s memo, equal masks computed
+    afresh — and equal the brute force of ``MatcherLaws``."""
+    pieces = [b"{", b"}", b"[", b"]", b",", b":", b'"', b"a", b"b", b"1", b'"a"', b'":', b'":[', b"],", b"1,",
+              b'1]', b'"},', b"}]", b"},{", b'":{"']
+    vocab = _vocab(pieces)
+    gbnf = r'''
+        root ::= value
+        value ::= obj | arr | str | num
+        obj ::= "{" ( str ":" value ( "," str ":" value )* )? "}"
+        arr ::= "[" ( value ( "," value )* )? "]"
+        str ::= "\"" [ab]* "\""
+        num ::= [0-9]+
+    '''
+    text = [b"{", b'"a"', b":", b"[", b"1,", b"1]", b",", b'"', b"b", b'":{"', b"a", b'":', b"1", b"}", b"}"]
+    fresh = Compiler(vocab).compile_gbnf(gbnf).matcher()
+    replayed = Compiler(vocab).compile_gbnf(gbnf).matcher()
+    runtime = replayed._rt
+    memo = runtime._collect_memo
+    hits = []
+    plain_get = memo.get
+    memo.get = lambda key: hits.append(plain_get(key) is not None) or plain_get(key)
+    for piece in text:
+        for _ in range(2):  # the second pass finds every nested pair memoised
+            runtime._mask_memo = type(memo)(16)
+            runtime._projected_memo = type(memo)(16)
+            runtime._boundary_memo = type(memo)(16)
+            assert np.array_equal(allowed_tokens(replayed, vocab.logits_width),
+                                  allowed_tokens(fresh, vocab.logits_width)), piece
+        MatcherLaws(fresh, vocab).check_all()
+        (tok,) = _ids(vocab, piece)
+        fresh.advance(tok)
+        replayed.advance(tok)
+    assert fresh.is_accepting() and replayed.is_accepting()
+    assert any(hits)
