@@ -20,7 +20,8 @@ guidance-ai/jsonschemabench's ``maskbench/runner.py`` does:
    A file with both kinds of error counts as ``validation_error``.
 
 Each (file, engine) runs in a worker process (``--workers``, spawned; each loads the tokenizer
-and the engines it needs once, then warms every engine up on a trivial schema). A worker that
+and the engines it needs once, warms every engine up on a trivial schema, then freezes that
+set-up heap so the untimed ``gc.collect()`` around each task skips it). A worker that
 runs past the time limit is killed and replaced; one that dies is recorded as a crash and
 replaced, so a peer's segfault never ends the run. Workers are single-threaded
 (``RAYON_NUM_THREADS=1``, one OpenMP/torch thread, xgrammar ``max_threads=1``), time with
