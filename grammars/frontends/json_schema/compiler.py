@@ -32,6 +32,8 @@ Dialects: keywords of every draft from 4 to 2020-12 are understood (``definition
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterable
@@ -268,6 +270,7 @@ class SchemaCompiler:
         #: the count before and after its members to learn whether its subtree recurses
         self.back_references = 0
         self._validators: dict[str, Any] = {}
+        self._satisfied: dict[tuple[str, str], bool] = {}
         self._names: set[str] = set()
         self._suffixes: dict[str, int] = {}  # hint -> last ``~n`` handed out for it
         self._relaxed: list[Relaxation] = []
@@ -616,8 +619,18 @@ class SchemaCompiler:
     # --- concrete values -------------------------------------------------------------------
 
     def satisfies(self, value: Any, part: Located) -> bool:
-        """Does the concrete JSON ``value`` satisfy the (possibly synthetic) schema ``part``?"""
-        return combinators.evaluate(self, part, value)
+        """Does the concrete JSON ``value`` satisfy the (possibly synthetic) schema ``part``?
+
+        Memoised per (schema pointer, value as JSON text): the leaves of an expanded
+        ``anyOf``/``oneOf`` filter the same ``enum`` values against the same atoms again and
+        again (JsonSchemaStore service-schema: 115,000 checks, three minutes of ``jsonschema``).
+        The text keeps ``1`` and ``1.0`` apart, as draft 4's ``integer`` does.
+        """
+        key = (part.pointer, json.dumps(value, sort_keys=True))
+        hit = self._satisfied.get(key)
+        if hit is None:
+            hit = self._satisfied[key] = combinators.evaluate(self, part, value)
+        return hit
 
     def validator(self, pointer: str, node: Any):
         """A ``jsonschema`` validator of the document's draft for ``node`` (refs resolve in the document)."""
