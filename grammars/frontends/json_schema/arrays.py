@@ -169,7 +169,7 @@ def _finite_values(c, parts: list) -> list | None:
         return None
     from grammars.frontends.json_schema.compiler import value_has_type
 
-    return [v for v in candidates if value_has_type(v, conj.types) and all(c.satisfies(v, a) for a in conj.atoms)]
+    return [v for v in candidates if value_has_type(v, conj.types, c.integers_by_spelling) and all(c.satisfies(v, a) for a in conj.atoms)]
 
 
 def _finite_arrays(c, conj, rules: ArrayRules, low: int, high: int | None) -> list | None:

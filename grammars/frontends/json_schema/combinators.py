@@ -698,8 +698,9 @@ def _provably_disjoint(c: "SchemaCompiler", a: "Conjunction", b: "Conjunction") 
         if x.enum is not None:
             from grammars.frontends.json_schema.compiler import value_has_type
 
-            values = [v for v in x.enum if value_has_type(v, x.types) and all(evaluate(c, p, v) for p in x.atoms)]
-            return all(not (value_has_type(v, y.types) and all(evaluate(c, p, v) for p in y.atoms)) for v in values)
+            values = [v for v in c.enum_members(x.enum) if value_has_type(v, x.types, c.integers_by_spelling)
+                      and all(evaluate(c, p, v) for p in x.atoms)]
+            return all(not (value_has_type(v, y.types, c.integers_by_spelling) and all(evaluate(c, p, v) for p in y.atoms)) for v in values)
     return all(_type_disjoint(c, t, a, b) for t in common)
 
 

@@ -55,6 +55,7 @@ from grammars.frontends.json_schema.values import (
     dedupe,
     json_type,
     literal_values,
+    number_twins,
 )
 from grammars.ir import EMPTY, NOTHING, Expr, Grammar, Literal, Ref, alt
 
@@ -173,8 +174,12 @@ def parse_type(value: Any, where: str) -> frozenset:
     return types - {"integer"} if "number" in types else types
 
 
-def value_has_type(value: Any, types: frozenset) -> bool:
+def value_has_type(value: Any, types: frozenset, integers_by_spelling: bool = False) -> bool:
+    """Whether ``value`` has one of ``types``; with ``integers_by_spelling`` (draft 4) a float is
+    never an integer, as Python reads ``1.0``."""
     t = json_type(value)
+    if integers_by_spelling and isinstance(value, float):
+        t = "number"
     if t == "integer":
         return "integer" in types or "number" in types
     return t in types
@@ -260,7 +265,10 @@ class SchemaCompiler:
     def __init__(self, document: SchemaDocument, options: JsonSchemaOptions):
         self.document = document
         self.options = options
-        self.layout = Layout(options)
+        #: draft 4's ``integer`` is a number written without fraction or exponent (``1.0`` is not
+        #: one), as its validators read JSON: then a number's spelling decides its type
+        self.integers_by_spelling = int(document.dialect) < 6
+        self.layout = Layout(options, integers_by_spelling=self.integers_by_spelling)
         self.rules: dict[str, Expr] = {}
         self._rule_of: dict[frozenset, str] = {}
         self._inline: dict[frozenset, Expr] = {}
@@ -618,6 +626,11 @@ class SchemaCompiler:
 
     # --- concrete values -------------------------------------------------------------------
 
+    def enum_members(self, enum: list) -> list:
+        """The JSON values an ``enum`` admits, to be checked one by one: the values themselves or,
+        where a number's spelling decides its type (draft 4), each with its ``number_twins``."""
+        return [t for v in enum for t in number_twins(v)] if self.integers_by_spelling else enum
+
     def satisfies(self, value: Any, part: Located) -> bool:
         """Does the concrete JSON ``value`` satisfy the (possibly synthetic) schema ``part``?
 
@@ -659,7 +672,8 @@ class SchemaCompiler:
         if conj.is_empty:
             return NOTHING
         if conj.enum is not None:
-            keep = [v for v in conj.enum if value_has_type(v, conj.types) and all(self.satisfies(v, a) for a in conj.atoms)]
+            keep = [v for v in self.enum_members(conj.enum) if value_has_type(v, conj.types, self.integers_by_spelling)
+                    and all(self.satisfies(v, a) for a in conj.atoms)]
             return literal_values(keep, self.layout)
         self._check_deferred(conj)
         excluded = _excluded_by_type(conj)

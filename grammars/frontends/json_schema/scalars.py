@@ -312,7 +312,7 @@ def _tightest(bounds: list[tuple[Fraction, bool]], *, lower: bool) -> tuple[Frac
     return best
 
 
-def json_number_value(value: int | float) -> Expr:
+def json_number_value(value: int | float, same_type: bool = False) -> Expr:
     """JSON number texts equal to ``value`` under both readings (mathematical and Python's).
 
     Accepted spellings: the integer text (when the value is an integer and Python's reading of it
@@ -321,6 +321,9 @@ def json_number_value(value: int | float) -> Expr:
     accepted: non-normalised exponents (``10e-1``, ``0.15e1``). A float ``value`` matches the
     decimal ``repr`` writes (``0.1`` is ``0.1``, not its binary expansion); an integer beyond
     2**53 that no float represents has its integer text only. NaN and infinities: ``NOTHING``.
+    ``same_type``: only the texts Python reads as the value's own type (an int: its integer text;
+    a float: the others), for draft 4, where ``1.0`` is not an integer: an enum value checked as
+    ``1`` must not admit ``1.0``.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"json_number_value takes an int or float, got {value!r}")
@@ -328,7 +331,8 @@ def json_number_value(value: int | float) -> Expr:
         if not math.isfinite(value):
             return NOTHING
         written = Fraction(repr(value))
-        return _numbers.number_equal(written, integer_texts=written == Fraction(value), float_texts=True)
-    exact_float = abs(value) < 2**1024 and float(value) == value
+        integer_texts = written == Fraction(value) and not same_type
+        return _numbers.number_equal(written, integer_texts=integer_texts, float_texts=True)
+    exact_float = abs(value) < 2**1024 and float(value) == value and not same_type
     return _numbers.number_equal(Fraction(value), integer_texts=True, float_texts=exact_float)
 

@@ -13,6 +13,8 @@ keep their written order), with the layout's whitespace inside containers.
 
 from __future__ import annotations
 
+import json
+
 from itertools import permutations
 from typing import Any, Iterable
 
@@ -20,7 +22,7 @@ from grammars.frontends.json_schema import scalars
 from grammars.frontends.json_schema.options import JsonSchemaOptions
 from grammars.ir import EMPTY, NOTHING, Expr, Literal, alt, chars, repeat, seq
 
-__all__ = ["Layout", "literal_value", "literal_values", "canonical", "json_type", "dedupe", "MAX_PERMUTED_MEMBERS"]
+__all__ = ["Layout", "literal_value", "literal_values", "number_twins", "canonical", "json_type", "dedupe", "MAX_PERMUTED_MEMBERS"]
 
 #: JSON's insignificant whitespace (RFC 8259 ``ws``)
 WS_CHARS = chars(" \t\n\r")
@@ -31,7 +33,9 @@ MAX_PERMUTED_MEMBERS = 4
 class Layout:
     """Whitespace and punctuation of JSON text under one ``JsonSchemaOptions``."""
 
-    def __init__(self, options: JsonSchemaOptions):
+    def __init__(self, options: JsonSchemaOptions, integers_by_spelling: bool = False):
+        #: a number literal is spelled only as its Python type reads (see ``literal_value``)
+        self.integers_by_spelling = integers_by_spelling
         flexible = options.whitespace == "flexible" and options.max_whitespace > 0
         self.ws: Expr = repeat(WS_CHARS, 0, options.max_whitespace) if flexible else EMPTY
         self.comma: Expr = seq([self.ws, Literal(","), self.ws])
@@ -143,9 +147,67 @@ def dedupe(values: Iterable[Any]) -> list[Any]:
     return out
 
 
+#: ``number_twins`` gives a value alone past this many integral numbers in it (fail closed: the
+#: other spellings of its numbers are then not accepted).
+MAX_TWIN_NUMBERS = 4
+
+
+def number_twins(value: Any) -> list[Any]:
+    """``value`` with each integral number read as an int and as a float, every combination.
+
+    For draft 4, where ``1`` is an integer and ``1.0`` is not, yet both equal an enum's ``1``:
+    each twin is checked on its own and spelled as its types read (``Layout.integers_by_spelling``).
+    """
+    count = _integral_numbers(value)
+    if count == 0 or count > MAX_TWIN_NUMBERS:
+        return [value]
+    return _twins(value)
+
+
+def _integral_numbers(value: Any) -> int:
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return 1
+    if isinstance(value, list):
+        return sum(_integral_numbers(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_integral_numbers(v) for v in value.values())
+    return 0
+
+
+def _twins(value: Any) -> list[Any]:
+    if isinstance(value, bool):
+        return [value]
+    if isinstance(value, int):
+        return [value, float(value)] if abs(value) < 2**53 else [value]
+    if isinstance(value, float) and value.is_integer():
+        return [int(value), value]
+    if isinstance(value, list):
+        out: list[list] = [[]]
+        for item in value:
+            out = [head + [twin] for head in out for twin in _twins(item)]
+        return out
+    if isinstance(value, dict):
+        keyed: list[dict] = [{}]
+        for key, item in value.items():
+            keyed = [{**head, key: twin} for head in keyed for twin in _twins(item)]
+        return keyed
+    return [value]
+
+
 def literal_values(values: Iterable[Any], layout: Layout) -> Expr:
-    """Every JSON text equal to one of ``values``; the strings among them as one trie."""
-    values = dedupe(values)
+    """Every JSON text equal to one of ``values``; the strings among them as one trie.
+
+    Under ``layout.integers_by_spelling`` ``1`` and ``1.0`` stay apart: each is spelled only
+    as its own type."""
+    if layout.integers_by_spelling:
+        by_text: dict[str, Any] = {}
+        for value in values:
+            by_text.setdefault(json.dumps(value, sort_keys=True), value)
+        values = list(by_text.values())
+    else:
+        values = dedupe(values)
     strings = tuple(v for v in values if isinstance(v, str))
     if len(strings) < 2:
         return alt(literal_value(v, layout) for v in values)
@@ -162,7 +224,7 @@ def literal_value(value: Any, layout: Layout) -> Expr:
     if value is False:
         return Literal("false")
     if isinstance(value, (int, float)):
-        return scalars.json_number_value(value)
+        return scalars.json_number_value(value, same_type=layout.integers_by_spelling)
     if isinstance(value, str):
         return layout.strings((value,))
     if isinstance(value, list):

@@ -92,3 +92,34 @@ def test_enum_under_nested_any_of_matches_the_oracle(checker):
               "allOf": [{"anyOf": [{"maxLength": 3}, {"minLength": 5}]},
                         {"anyOf": [{"pattern": "^a"}, {"type": "number", "minimum": 1.2}]}]}
     assert checker.disagreements(schema, ["ab", "abc", "b", 1, 1.5, "abcdef", "a", "abcd"]) == []
+
+
+INTEGER_ENUMS = [
+    {"type": "integer", "enum": [1, 2]},
+    {"enum": [1, 2.5], "anyOf": [{"type": "integer"}, {"type": "number", "minimum": 2}]},
+    {"type": "array", "items": {"type": "integer"}, "enum": [[1], [2.0]]},
+    {"oneOf": [{"type": "integer", "enum": [1, 3]}, {"enum": [1.0, 2.0]}]},
+    {"type": "integer", "enum": [1.0, 2]},
+]
+
+
+@pytest.mark.parametrize("draft", [DRAFT4, DRAFT6])
+@pytest.mark.parametrize("schema", INTEGER_ENUMS)
+def test_integral_enum_values_follow_the_drafts_integer(checker, draft, schema):
+    """Draft 4's ``integer`` excludes ``1.0`` and ``1e0``: an enum value kept as ``1`` is spelled
+    only as an integer there, and one kept as ``1.0`` only with a fraction or exponent."""
+    schema = dict(schema, **{"$schema": draft})
+    validator = oracle(schema)
+    for text in ["1", "1.0", "1e0", "2", "2.0", "2.5", "3", "[1]", "[1.0]", "[2]", "[2.0]"]:
+        expected = validator.is_valid(json.loads(text))
+        assert checker.accepts(schema, text) == expected, (text, expected)
+
+
+def test_one_of_overlapping_only_on_a_float_twin_is_not_disjoint(checker):
+    """Draft 4: ``enum: [1]`` with ``type: number`` admits ``1.0`` too, which the second branch
+    (a non-integer number) also takes, so ``1.0`` matches both and ``oneOf`` must reject it."""
+    schema = {"$schema": DRAFT4, "oneOf": [{"type": "number", "enum": [1, 3]},
+                                           {"type": "number", "not": {"type": "integer"}}]}
+    validator = oracle(schema)
+    for text in ["1", "1.0", "3", "2.5", "2"]:
+        assert checker.accepts(schema, text) == validator.is_valid(json.loads(text)), text
