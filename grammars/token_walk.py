@@ -743,7 +743,7 @@ class WalkCache:
         if live is None:
             flags = dfa.table[state] >= 0
             edges, root_reach = (self._by_byte @ flags).tolist()
-            live = self._live[key] = _LiveBytes(flags, _bit_set(flags), edges, root_reach)
+            live = self._live[key] = _LiveBytes(_bit_set(flags), edges, root_reach)
         return live
 
     def _child_bytes(self, nodes: np.ndarray) -> tuple[int, int]:
@@ -787,8 +787,7 @@ class WalkCache:
 class _LiveBytes:
     """What ``WalkCache._live_bytes`` knows of one DFA state, memoised: it sizes every walk from it."""
 
-    flags: np.ndarray  # bool[256]: bytes with a live transition
-    byte_set: int  # the same as a 256-bit int
+    byte_set: int  # bytes with a live transition, as a 256-bit int
     edges: int  # trie edges carrying one of them (the edge scan of a sub-walk)
     root_reach: int  # trie nodes below the root's children on them (what a root walk may visit)
 

@@ -42,7 +42,7 @@ class LR0Automaton:
             by_lhs.setdefault(p.lhs, []).append(i)
         self._by_lhs = by_lhs
         self._first_items: dict[int, frozenset[int]] = {}
-        self._closure_cache: dict[int, tuple[dict[int, frozenset], tuple[int, ...]]] = {}
+        self._closure_cache: dict[int, dict[int, frozenset]] = {}
         self._kernels: dict[frozenset, int] = {}
         self._states: list[LRState] = []
         self._goto: dict[tuple[int, int], int] = {}
@@ -70,22 +70,17 @@ class LR0Automaton:
         self._first_items[nt] = result
         return result
 
-    def _closure_shifts(self, nt: int) -> tuple[dict[int, frozenset], tuple[int, ...]]:
+    def _closure_shifts(self, nt: int) -> dict[int, frozenset]:
         """What closing over ``nt`` adds to an item set: per next symbol, the items (q, 1) of the
-        productions it starts that shift it, and the empty productions it reduces (none in the
-        normal form). Memoised: item sets that close over the same nonterminal (every state of
-        an object waits for its members) merge these maps instead of re-deriving every item."""
+        productions it starts that shift it (productions are epsilon-free, so it adds no
+        reduction). Memoised: item sets that close over the same nonterminal (every state of an
+        object waits for its members) merge these maps instead of re-deriving every item."""
         cached = self._closure_cache.get(nt)
         if cached is None:
             groups: dict[int, list] = {}
-            empty = []
             for q in self._start_productions(nt):
-                rhs = self.rhs[q]
-                if rhs:
-                    groups.setdefault(rhs[0], []).append((q, 1))
-                else:
-                    empty.append(q)
-            cached = self._closure_cache[nt] = ({sym: frozenset(items) for sym, items in groups.items()}, tuple(empty))
+                groups.setdefault(self.rhs[q][0], []).append((q, 1))
+            cached = self._closure_cache[nt] = {sym: frozenset(items) for sym, items in groups.items()}
         return cached
 
     def _intern(self, kernel: frozenset) -> int:
@@ -116,9 +111,7 @@ class LR0Automaton:
                 else:
                     reductions.append(p)
             for nt in closed:
-                added, empty = self._closure_shifts(nt)
-                reductions.extend(q for q in empty if q not in reductions)
-                for sym, items in added.items():
+                for sym, items in self._closure_shifts(nt).items():
                     have = shifts.get(sym)
                     if have is None:
                         shifts[sym] = items  # shared until another item joins it

@@ -162,14 +162,10 @@ def _finite_values(c, parts: list) -> list | None:
     if conj.pending or conj.is_empty:
         return None if conj.pending else []
     if conj.enum is not None:
-        candidates = conj.enum
-    elif conj.types <= {"null", "boolean"}:
-        candidates = [None, True, False]
-    else:
-        return None
-    from grammars.frontends.json_schema.compiler import value_has_type
-
-    return [v for v in candidates if value_has_type(v, conj.types, c.integers_by_spelling) and all(c.satisfies(v, a) for a in conj.atoms)]
+        return c.admitted(conj, c.enum_members(conj.enum))
+    if conj.types <= {"null", "boolean"}:
+        return c.admitted(conj, [None, True, False])
+    return None
 
 
 def _finite_arrays(c, conj, rules: ArrayRules, low: int, high: int | None) -> list | None:

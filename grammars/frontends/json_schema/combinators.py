@@ -696,11 +696,7 @@ def _provably_disjoint(c: "SchemaCompiler", a: "Conjunction", b: "Conjunction") 
         return True
     for x, y in ((a, b), (b, a)):
         if x.enum is not None:
-            from grammars.frontends.json_schema.compiler import value_has_type
-
-            values = [v for v in c.enum_members(x.enum) if value_has_type(v, x.types, c.integers_by_spelling)
-                      and all(evaluate(c, p, v) for p in x.atoms)]
-            return all(not (value_has_type(v, y.types, c.integers_by_spelling) and all(evaluate(c, p, v) for p in y.atoms)) for v in values)
+            return not c.admitted(y, c.admitted(x, c.enum_members(x.enum)))
     return all(_type_disjoint(c, t, a, b) for t in common)
 
 

@@ -32,8 +32,6 @@ Dialects: keywords of every draft from 4 to 2020-12 are understood (``definition
 
 from __future__ import annotations
 
-import json
-
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterable
@@ -56,6 +54,7 @@ from grammars.frontends.json_schema.values import (
     json_type,
     literal_values,
     number_twins,
+    value_text,
 )
 from grammars.ir import EMPTY, NOTHING, Expr, Grammar, Literal, Ref, alt
 
@@ -631,6 +630,11 @@ class SchemaCompiler:
         where a number's spelling decides its type (draft 4), each with its ``number_twins``."""
         return [t for v in enum for t in number_twins(v)] if self.integers_by_spelling else enum
 
+    def admitted(self, conj: Conjunction, candidates: Iterable[Any]) -> list:
+        """The ``candidates`` ``conj`` admits: of one of its types and satisfying every atom."""
+        return [v for v in candidates if value_has_type(v, conj.types, self.integers_by_spelling)
+                and all(self.satisfies(v, a) for a in conj.atoms)]
+
     def satisfies(self, value: Any, part: Located) -> bool:
         """Does the concrete JSON ``value`` satisfy the (possibly synthetic) schema ``part``?
 
@@ -639,7 +643,7 @@ class SchemaCompiler:
         again (JsonSchemaStore service-schema: 115,000 checks, three minutes of ``jsonschema``).
         The text keeps ``1`` and ``1.0`` apart, as draft 4's ``integer`` does.
         """
-        key = (part.pointer, json.dumps(value, sort_keys=True))
+        key = (part.pointer, value_text(value))
         hit = self._satisfied.get(key)
         if hit is None:
             hit = self._satisfied[key] = combinators.evaluate(self, part, value)
@@ -672,9 +676,7 @@ class SchemaCompiler:
         if conj.is_empty:
             return NOTHING
         if conj.enum is not None:
-            keep = [v for v in self.enum_members(conj.enum) if value_has_type(v, conj.types, self.integers_by_spelling)
-                    and all(self.satisfies(v, a) for a in conj.atoms)]
-            return literal_values(keep, self.layout)
+            return literal_values(self.admitted(conj, self.enum_members(conj.enum)), self.layout)
         self._check_deferred(conj)
         excluded = _excluded_by_type(conj)
         branches: list[Expr] = []

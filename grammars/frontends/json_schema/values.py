@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 
 from itertools import permutations
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from grammars.frontends.json_schema import scalars
 from grammars.frontends.json_schema.options import JsonSchemaOptions
 from grammars.ir import EMPTY, NOTHING, Expr, Literal, alt, chars, repeat, seq
 
-__all__ = ["Layout", "literal_value", "literal_values", "number_twins", "canonical", "json_type", "dedupe", "MAX_PERMUTED_MEMBERS"]
+__all__ = ["Layout", "literal_value", "literal_values", "number_twins", "value_text", "canonical", "json_type", "dedupe", "MAX_PERMUTED_MEMBERS"]
 
 #: JSON's insignificant whitespace (RFC 8259 ``ws``)
 WS_CHARS = chars(" \t\n\r")
@@ -135,12 +135,18 @@ def canonical(value: Any) -> Any:
     return ("object", frozenset((k, canonical(v)) for k, v in value.items()))
 
 
-def dedupe(values: Iterable[Any]) -> list[Any]:
-    """Values without repeats under JSON Schema equality, first occurrence kept."""
+def value_text(value: Any) -> str:
+    """A value's JSON text, keys sorted: equal for equal values, except that ``1`` and ``1.0``
+    differ (draft 4 tells them apart; ``canonical`` does not)."""
+    return json.dumps(value, sort_keys=True)
+
+
+def dedupe(values: Iterable[Any], key_of: Callable[[Any], Any] = canonical) -> list[Any]:
+    """Values without repeats under JSON Schema equality (or ``key_of``), first occurrence kept."""
     seen: set = set()
     out = []
     for value in values:
-        key = canonical(value)
+        key = key_of(value)
         if key not in seen:
             seen.add(key)
             out.append(value)
@@ -201,13 +207,7 @@ def literal_values(values: Iterable[Any], layout: Layout) -> Expr:
 
     Under ``layout.integers_by_spelling`` ``1`` and ``1.0`` stay apart: each is spelled only
     as its own type."""
-    if layout.integers_by_spelling:
-        by_text: dict[str, Any] = {}
-        for value in values:
-            by_text.setdefault(json.dumps(value, sort_keys=True), value)
-        values = list(by_text.values())
-    else:
-        values = dedupe(values)
+    values = dedupe(values, value_text if layout.integers_by_spelling else canonical)
     strings = tuple(v for v in values if isinstance(v, str))
     if len(strings) < 2:
         return alt(literal_value(v, layout) for v in values)
