@@ -229,3 +229,14 @@ def test_language_key_gives_up_past_the_reach_limit(walks):
     assert walks.language_key(counted, counted.start) is None
     near_end = counted.run(b"a" * 10)
     assert walks.language_key(counted, near_end) is not None
+
+
+def test_walk_child_bytes_cover_all_four_words_of_the_byte_set():
+    """Children on bytes from every 64-byte quarter (0x01, 'b', 0xc3, 0xe9) after the lexeme ``a``."""
+    pieces = [b"a", b"a\x01", b"ab", b"a\xc3", b"a\xe9x", b"z"]
+    trie = TokenTrie.build(pieces, np.ones(len(pieces), dtype=bool))
+    walks = WalkCache(trie, len(pieces))
+    dfa = compile_regular(parse_regex("a"))
+    root = walks.root(dfa, dfa.start)
+    assert (root.child_byte_set, root.children_total) == _node_children_bytes(trie, root.accept_nodes.tolist())
+    assert root.child_byte_set == (1 << 0x01) | (1 << ord("b")) | (1 << 0xC3) | (1 << 0xE9)
