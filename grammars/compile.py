@@ -63,6 +63,14 @@ class CompiledGrammar:
         return Matcher(self._runtime, self._text_token)
 
     @property
+    def key(self) -> tuple:
+        """Content identity: the grammar IR (equal IR, equal language) and the vocabulary's
+        fingerprint. Two compilations of the same constraint for the same vocabulary have equal
+        keys, whatever object they are; state learnt about a constraint (ASAp's trie, a compile
+        cache) is keyed by this, never by ``id()``, which a collected grammar hands on."""
+        return (self.grammar, self.vocab.fingerprint)
+
+    @property
     def accepts_nothing(self) -> bool:
         """The grammar accepts no string (compiled with ``allow_empty_language=True``): its
         matchers start terminated, allow no token and never accept."""

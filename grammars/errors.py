@@ -12,7 +12,8 @@ Callers catch the narrowest class that fits; a server catches ``ConstraintError`
     ├── LimitExceeded                a ``Limits`` bound (states, stacks, time) was hit
     └── MatchError                   misuse of a Matcher at run time
         ├── TokenRejected            ``advance`` with a token outside the mask
-        └── RollbackError            rolling back more tokens than were consumed
+        ├── RollbackError            rolling back more tokens than were consumed
+        └── NoAllowedToken           a sampler asked to draw where the grammar allows no token
 
 Errors also subclass ``ValueError`` where the cause is bad input, so code written against the
 standard library keeps working; corral never flattens them into plain ``ValueError`` itself.
@@ -34,6 +35,7 @@ __all__ = [
     "MatchError",
     "TokenRejected",
     "RollbackError",
+    "NoAllowedToken",
     "SourcePosition",
 ]
 
@@ -147,3 +149,10 @@ class TokenRejected(MatchError, ValueError):
 
 class RollbackError(MatchError, ValueError):
     """``Matcher.rollback(n)`` with ``n`` larger than the number of tokens consumed."""
+
+
+class NoAllowedToken(MatchError, RuntimeError):
+    """A draw was asked for where the grammar allows no token (the matcher is terminated, or every
+    allowed token had zero probability); the decoding loop should have stopped before it.
+
+    Also a ``RuntimeError``, as it was before it joined the tree, so existing handlers still catch it."""

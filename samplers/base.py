@@ -17,11 +17,9 @@ from typing import Hashable, Protocol, runtime_checkable
 
 import torch
 
+from grammars.errors import NoAllowedToken  # re-exported: samplers raise it
+
 __all__ = ["SamplingParams", "Draw", "SamplingRun", "TokenSampler", "NoAllowedToken", "process_logits"]
-
-
-class NoAllowedToken(RuntimeError):
-    """The matcher allows no token (it is terminated); the decoding loop should have stopped."""
 
 
 @dataclass(frozen=True)
