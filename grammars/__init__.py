@@ -39,9 +39,9 @@ from grammars.errors import (
 from grammars.frontends import parse_gbnf, parse_lark, parse_regex
 from grammars.ir import Grammar
 from grammars.limits import Limits
+from grammars.masks.token_dfa import TokenDFA
 from grammars.matcher import Matcher, TokenCheck
-from grammars.token_dfa import TokenDFA
-from grammars.vocabulary import TokenVocabulary
+from grammars.vocab.vocabulary import TokenVocabulary
 
 __all__ = [
     "TokenVocabulary",

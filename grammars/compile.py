@@ -22,12 +22,12 @@ from grammars.errors import LimitExceeded, UnsupportedGrammarError
 from grammars.frontends import parse_gbnf, parse_lark, parse_regex
 from grammars.ir import Grammar
 from grammars.limits import Limits
+from grammars.masks.runtime import BoundedCache, GrammarRuntime
+from grammars.masks.token_dfa import TokenDFA
+from grammars.masks.token_walk import WalkCache
 from grammars.matcher import Matcher
-from grammars.runtime import BoundedCache, GrammarRuntime
-from grammars.token_walk import WalkCache
-from grammars.token_dfa import TokenDFA
-from grammars.tokenizer_cache import default_cache_root
-from grammars.trie import TokenTrie
+from grammars.vocab.gguf import default_cache_root
+from grammars.vocab.trie import TokenTrie
 
 __all__ = [
     "Compiler",
@@ -161,7 +161,11 @@ class Compiler:
         Raises ``UnsupportedSchemaError`` (keyword and JSON pointer) for anything it cannot
         enforce exactly, unless ``lenient=True``.
         """
-        from grammars.frontends.json_schema import JsonSchemaOptions, load_schema, parse_json_schema
+        from grammars.frontends.json_schema import (
+            JsonSchemaOptions,
+            load_schema,
+            parse_json_schema,
+        )
 
         opts = JsonSchemaOptions(**options)
         with _nesting_guard():

@@ -249,7 +249,9 @@ class _Lowering:
         if expr in self.symbol_cache:
             sym = self.symbol_cache[expr]
             return None if sym is None else ((sym,) if sym != _EPSILON else ())
-        from grammars.automata.byte_dfa import nonempty  # local: avoid import cycle at load
+        from grammars.automata.byte_dfa import (
+            nonempty,  # local: avoid import cycle at load
+        )
 
         dfa = self.compile_dfa(self._expand(expr))
         if dfa.is_empty_language:

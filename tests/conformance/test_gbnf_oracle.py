@@ -17,8 +17,8 @@ import pytest
 
 from shared_data import SHARED_DIR, shared_path
 from grammars import parse_gbnf
-from grammars.testing import allowed_tokens
-from grammars.testing_oracles import char_level_accepts
+from grammars.testing.laws import allowed_tokens
+from grammars.testing.oracles import char_level_accepts
 
 POSITIVES = {
     "arithmetic": ["1+2*(3-4)/5=x\n", "a=b\n", "x1 = (y +2)\n", "1=2\n3=4\n"],

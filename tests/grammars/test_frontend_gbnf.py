@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from grammars.errors import GrammarSyntaxError, UnsupportedGrammarError
 from grammars.frontends import parse_gbnf
 from grammars.ir import MAX_CODE_POINT, Alt, Chars, Literal, Ref, Repeat, Seq, chars
-from grammars.testing_oracles import char_level_accepts
+from grammars.testing.oracles import char_level_accepts
 from shared_data import shared_path
 
 SHARED_GRAMMARS = ["arithmetic", "c", "chess", "english", "japanese", "json", "json_arr", "list"]

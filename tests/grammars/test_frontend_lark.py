@@ -12,7 +12,7 @@ from grammars.frontends import parse_lark
 from grammars.frontends._charclass import fold_case
 from grammars.frontends.lark import IGNORE_RULE
 from grammars.ir import Alt, Literal, Ref, Repeat, Seq, chars
-from grammars.testing_oracles import char_level_accepts
+from grammars.testing.oracles import char_level_accepts
 
 JSON_GRAMMAR = r"""
 ?start: value

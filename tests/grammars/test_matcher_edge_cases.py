@@ -19,7 +19,7 @@ from grammars import (
     UnsupportedGrammarError,
     allocate_token_bitmask,
 )
-from grammars.testing import MatcherLaws, allowed_tokens
+from grammars.testing.laws import MatcherLaws, allowed_tokens
 
 
 def _vocab(pieces: list[bytes], *, padding: int = 0) -> TokenVocabulary:

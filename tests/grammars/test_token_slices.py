@@ -8,15 +8,16 @@ import pytest
 from grammars.automata.byte_dfa import compile_regular
 from grammars.bitmask import unpack_bits
 from grammars.frontends import parse_regex
-from grammars.token_slices import build_slice
-from grammars.token_walk import WalkCache, _flat, _linear_walk
-from grammars.trie import TokenTrie
+from grammars.masks.token_slices import build_slice
+from grammars.masks.token_walk import WalkCache, _flat, _linear_walk
+from grammars.vocab.trie import TokenTrie
 
 #: Bytes of a small vocabulary with quotes, escapes, controls, multi-byte and partial UTF-8.
 PIECES = [b"a", b"b", b"ab", b"abc", b" x", b'"', b'a"', b'"a', b'",', b"\\", b"\\n", b"\n", b"\x7f",
           "é".encode(), "éa".encode(), "€".encode(), "€"[0].encode()[:2], "€".encode()[:2], b"\xe2",
           "😀".encode(), "😀".encode()[:3], b"\x80", b"xyz\"}", b"", b"a\nb"]
-CLASS = r'[^"\\\x00-\x1f\x7f]'
+CLASS_PATTERN = r'[^"\\\x00-\x1f\x7f]'
+CLASS = parse_regex(CLASS_PATTERN)
 
 #: (pattern, whether the slice applies right after the opening quote)
 BODIES = [
@@ -83,7 +84,7 @@ def test_walk_cache_uses_slices_and_stays_exact(trie):
 
 def test_real_vocabulary_slice_is_most_of_it():
     from grammars.compile import _vocab_index
-    from grammars.vocabulary import TokenVocabulary
+    from grammars.vocab.vocabulary import TokenVocabulary
     from shared_data import vocab_file
 
     vocab = TokenVocabulary.from_gguf(vocab_file("llama-bpe"))

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from grammars.automata.byte_dfa import compile_regular
 from grammars.bitmask import unpack_bits
 from grammars.frontends import parse_regex
-from grammars.token_walk import WALK_CLASS_AFTER, WalkCache, bounded_equivalence
-from grammars.trie import TokenTrie
+from grammars.masks.token_walk import WALK_CLASS_AFTER, WalkCache, bounded_equivalence
+from grammars.vocab.trie import TokenTrie
 
 PATTERNS = [r"[a-c]{0,9}d", r"(ab|a)*c?", r"[^d]*d[a-d]{2}", r"a{3,7}b*", r"(ac|b)+d?(c|dd)*"]
 ALPHABET = b"abcd"
@@ -137,7 +137,7 @@ def test_counter_states_share_walks(walks):
 @pytest.mark.parametrize("pattern", PATTERNS + [r"[^a]*", r"d[a-d]*", r"[bc]{2,}a"])
 def test_root_walk_kernels_agree(walks, pattern):
     """The preorder walk (jumps over dead subtrees) and the linear walk give the same result."""
-    from grammars.token_walk import _flat, _linear_walk
+    from grammars.masks.token_walk import _flat, _linear_walk
 
     trie = walks.trie
     dfa = compile_regular(parse_regex(pattern))
@@ -223,7 +223,7 @@ def test_language_key_is_the_language_from_the_state(walks):
 
 
 def test_language_key_gives_up_past_the_reach_limit(walks):
-    from grammars.token_walk import LANGUAGE_KEY_MAX_REACH
+    from grammars.masks.token_walk import LANGUAGE_KEY_MAX_REACH
 
     counted = compile_regular(parse_regex(f"a{{{LANGUAGE_KEY_MAX_REACH + 5}}}"))
     assert walks.language_key(counted, counted.start) is None

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grammars.trie import TokenTrie
+from grammars.vocab.trie import TokenTrie
 
 
 def _path_bytes(trie: TokenTrie, node: int) -> bytes:

@@ -25,8 +25,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grammars.errors import VocabularyError
-from grammars.tokenizer_cache import CACHE_ENV_VAR, file_sha256, load_gguf_tokenizer
-from grammars.vocabulary import TokenVocabulary, decode_tokenizer_json
+from grammars.vocab.gguf import CACHE_ENV_VAR, file_sha256, load_gguf_tokenizer
+from grammars.vocab.vocabulary import TokenVocabulary, decode_tokenizer_json
 
 # Token counts, EOS ids (llama.cpp's end-of-generation set) and BOS ids of the GGUF files.
 EXPECTED = {

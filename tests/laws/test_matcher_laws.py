@@ -1,4 +1,4 @@
-"""The Matcher contract (grammars.testing.MatcherLaws) on every backend and at every step.
+"""The Matcher contract (grammars.testing.laws.MatcherLaws) on every backend and at every step.
 
 Backends: a regular constraint (one terminal, token DFA), a GBNF CFG with overlapping
 terminals, a Lark grammar with left recursion and %ignore. Vocabularies: the byte vocabulary
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from grammars import Compiler
-from grammars.testing import MatcherLaws
+from grammars.testing.laws import MatcherLaws
 
 ARITHMETIC = r"""
 root  ::= (expr "=" ws term "\n")+

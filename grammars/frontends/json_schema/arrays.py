@@ -14,24 +14,23 @@ context-free in general and is unsupported unless at most one element is possibl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from itertools import product
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from grammars.errors import GrammarError
+from grammars.frontends.json_schema.conjunction import (
+    ARRAY_KEYWORDS,
+    ArrayRules,
+    Conjunction,
+    ItemRule,
+    SchemaContext,
+    synthetic,
+)
 from grammars.frontends.json_schema.document import Located, count_keyword
 from grammars.frontends.json_schema.values import literal_values
 from grammars.ir import NOTHING, Expr, Ref, alt, seq
 
-if TYPE_CHECKING:  # pragma: no cover
-    from grammars.frontends.json_schema.compiler import Conjunction, SchemaCompiler
-
 __all__ = ["ARRAY_KEYWORDS", "ItemRule", "ArrayRules", "apply_array_keywords", "array_expr"]
-
-ARRAY_KEYWORDS = frozenset(
-    {"items", "prefixItems", "additionalItems", "minItems", "maxItems", "contains", "minContains", "maxContains", "uniqueItems"}
-)
-
 
 #: ``contains`` schemas counted together in one array (elements claim subsets of them)
 MAX_CONTAINS = 3
@@ -39,34 +38,12 @@ MAX_CONTAINS = 3
 MAX_FINITE_ARRAYS = 4096
 
 
-@dataclass(frozen=True)
-class ItemRule:
-    prefix: tuple  # Located per leading position
-    rest: Located | None  # None: no constraint after the prefix
-
-    def at(self, i: int) -> Located | None:
-        return self.prefix[i] if i < len(self.prefix) else self.rest
-
-
-@dataclass
-class ArrayRules:
-    item_rules: list = field(default_factory=list)
-    min_items: int = 0
-    max_items: int | None = None
-    contains: list = field(default_factory=list)  # (Located, min, max|None)
-    unique: bool = False
-    where: str = "#"
-
-    def copy(self) -> "ArrayRules":
-        return ArrayRules(list(self.item_rules), self.min_items, self.max_items, list(self.contains), self.unique, self.where)
-
-
 def _schema(value: Any, keyword: str, where: str) -> None:
     if not isinstance(value, (dict, bool)):
         raise GrammarError(f"malformed schema at {where}: {keyword!r} must be a schema, got {value!r}")
 
 
-def apply_array_keywords(c: "SchemaCompiler", conj: "Conjunction", part: Located, node: dict) -> None:
+def apply_array_keywords(c: SchemaContext, conj: Conjunction, part: Located, node: dict) -> None:
     """Merge ``node``'s array keywords into ``conj``."""
     if not ARRAY_KEYWORDS.intersection(node):
         return
@@ -113,7 +90,7 @@ def apply_array_keywords(c: "SchemaCompiler", conj: "Conjunction", part: Located
         rules.unique = rules.unique or node["uniqueItems"]
 
 
-def array_expr(c: "SchemaCompiler", conj: "Conjunction") -> Expr:
+def array_expr(c: SchemaContext, conj: Conjunction) -> Expr:
     """The array branch of a leaf conjunction."""
     rules: ArrayRules = conj.arrays
     lay = c.layout
@@ -224,7 +201,6 @@ def _contains_body(c, rules, positions, rest_parts, rest, contains, low, high) -
     matches than there are is harmless when only a minimum is asked, so no negation is needed
     there). Indexes are tracked up to the prefix length, ``minItems`` and ``maxItems``; each
     count up to its ``minContains`` (or ``maxContains`` + 1)."""
-    from grammars.frontends.json_schema.combinators import _synthetic
 
     lay = c.layout
     if any(most is not None and k > most for _, k, most in contains):
@@ -233,7 +209,7 @@ def _contains_body(c, rules, positions, rest_parts, rest, contains, low, high) -
         c.unsupported("contains", rules.where, f"more than {MAX_CONTAINS} contains in one conjunction")
         return None
     prefix = [[p for r in rules.item_rules if (p := r.at(i)) is not None] for i in range(len(positions))]
-    negated = [_synthetic(loc, "not", {"corral:nots": [loc]}, ("not", loc)) if most is not None else None
+    negated = [synthetic(loc, "not", {"corral:nots": [loc]}, ("not", loc)) if most is not None else None
                for loc, _, most in contains]
     caps = [most + 1 if most is not None else k for _, k, most in contains]
     claims = [tuple(bool(mask >> j & 1) for j in range(len(contains))) for mask in range(1 << len(contains))]
@@ -257,7 +233,7 @@ def _contains_body(c, rules, positions, rest_parts, rest, contains, low, high) -
     def state(i: int, counts: tuple) -> Expr:
         key = (i, counts)
         if key not in names:
-            names[key] = c._fresh(f"{rules.where}@contains{i}.{'.'.join(map(str, counts))}")
+            names[key] = c.fresh_rule_name(f"{rules.where}@contains{i}.{'.'.join(map(str, counts))}")
             c.rules[names[key]] = NOTHING
             c.rules[names[key]] = build(i, counts)
         return Ref(names[key])

@@ -33,11 +33,10 @@ one conjunction.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass
-from itertools import pairwise
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from grammars.automata.codepoint import CodePointDFA
 from grammars.errors import (
     GrammarError,
     LimitExceeded,
@@ -45,16 +44,23 @@ from grammars.errors import (
     UnsupportedSchemaError,
 )
 from grammars.frontends.json_schema import scalars
+from grammars.frontends.json_schema.conjunction import (
+    IGNORED_KEYWORDS,
+    UNSUPPORTED_KEYWORDS,
+    Conjunction,
+    Disjunction,
+    ItemRule,
+    KeyRule,
+    ObjectRules,
+    SchemaContext,
+    intersect_types,
+    parse_type,
+    synthetic,
+)
 from grammars.frontends.json_schema.document import Located, count_keyword, escape_token
 from grammars.frontends.json_schema.values import canonical, json_type
 from grammars.frontends.regex import parse_regex
-from grammars.ir import NOTHING, Alt, Chars, Expr, Literal, Repeat, Seq
-
-if TYPE_CHECKING:  # pragma: no cover
-    from grammars.frontends.json_schema.compiler import (
-        Conjunction,
-        SchemaCompiler,
-    )
+from grammars.ir import NOTHING, Expr
 
 __all__ = [
     "apply_all_of", "apply_any_of", "apply_one_of", "apply_not", "apply_if", "ignore_branch",
@@ -62,7 +68,7 @@ __all__ = [
     "apply_unevaluated_properties", "apply_unevaluated_items",
     "negate", "evaluate", "overlapping_pairs", "apply_negations", "provably_disjoint", "pattern_search",
     "pattern_strings",
-    "add_pattern", "restricted_string", "key_regions", "CodePointDFA",
+    "add_pattern", "restricted_string", "key_regions", "member_parts",
 ]
 
 ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
@@ -71,12 +77,6 @@ FORBIDDEN: dict = {"not": {}}  # a schema no value satisfies, valid in every dra
 MAX_NEGATED_ONE_OF = 6
 #: patternProperties regions are 2**patterns; more patterns than this in one object is unsupported
 MAX_KEY_PATTERNS = 6
-#: states of one code-point DFA
-MAX_DFA_STATES = 4000
-#: length of a regular expression written back from a DFA
-MAX_REGEX_CHARS = 200_000
-#: states of a DFA written back as a regular expression (its groups nest about this deep)
-MAX_REGEX_STATES = 64
 
 
 def _schema_list(value: Any, keyword: str, where: str) -> list:
@@ -89,32 +89,27 @@ def _is_true(node: Any) -> bool:
     return node is True or node == {}
 
 
-def _synthetic(owner: Located, tag: str, node: Any, origin: tuple | None = None) -> Located:
-    return Located(node, f"{owner.pointer}!{tag}", owner.base, origin)
-
-
 # --- keyword handlers ---------------------------------------------------------------------------
 
 
-def apply_all_of(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+def apply_all_of(c: SchemaContext, conj: Conjunction, part: Located, value: Any) -> None:
     for i, sub in enumerate(_schema_list(value, "allOf", part.where)):
         c.apply(conj, c.document.child(part, sub, "allOf", str(i)))
 
 
-def apply_any_of(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+def apply_any_of(c: SchemaContext, conj: Conjunction, part: Located, value: Any) -> None:
     subs = _schema_list(value, "anyOf", part.where)
     if any(_is_true(s) for s in subs):
         return
     _disjunction(conj, "anyOf", part.where, [(c.document.child(part, s, "anyOf", str(i)),) for i, s in enumerate(subs)])
 
 
-def apply_one_of(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+def apply_one_of(c: SchemaContext, conj: Conjunction, part: Located, value: Any) -> None:
     subs = _schema_list(value, "oneOf", part.where)
     _disjunction(conj, "oneOf", part.where, [(c.document.child(part, s, "oneOf", str(i)),) for i, s in enumerate(subs)])
 
 
-def _disjunction(conj: "Conjunction", keyword: str, where: str, branches: list) -> None:
-    from grammars.frontends.json_schema.compiler import Disjunction
+def _disjunction(conj: Conjunction, keyword: str, where: str, branches: list) -> None:
 
     if not branches:
         conj.types = frozenset()
@@ -122,11 +117,11 @@ def _disjunction(conj: "Conjunction", keyword: str, where: str, branches: list) 
         conj.pending.append(Disjunction(keyword, where, branches))
 
 
-def apply_not(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+def apply_not(c: SchemaContext, conj: Conjunction, part: Located, value: Any) -> None:
     _apply_negation(c, conj, c.document.child(part, value, "not"), part.where)
 
 
-def _apply_negation(c: "SchemaCompiler", conj: "Conjunction", sub: Located, where: str) -> None:
+def _apply_negation(c: SchemaContext, conj: Conjunction, sub: Located, where: str) -> None:
     alternatives = negate(c, sub)
     if not alternatives:
         conj.types = frozenset()
@@ -136,7 +131,7 @@ def _apply_negation(c: "SchemaCompiler", conj: "Conjunction", sub: Located, wher
         _disjunction(conj, "not", where, [(a,) for a in alternatives])
 
 
-def apply_if(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+def apply_if(c: SchemaContext, conj: Conjunction, part: Located, value: Any) -> None:
     node = c.active_keywords(part.node, part)
     if "then" not in node and "else" not in node:
         return  # `if` alone constrains nothing
@@ -150,15 +145,15 @@ def apply_if(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any
     if value is False:
         c.apply(conj, other)
         return
-    negated = _synthetic(cond, "not", {"corral:nots": [cond]}, ("not", cond))
+    negated = synthetic(cond, "not", {"corral:nots": [cond]}, ("not", cond))
     _disjunction(conj, "if", part.where, [(cond, then), (negated, other)])
 
 
-def ignore_branch(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+def ignore_branch(c: SchemaContext, conj: Conjunction, part: Located, value: Any) -> None:
     """``then``/``else`` act through ``if`` (and mean nothing without it)."""
 
 
-def apply_dependencies(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+def apply_dependencies(c: SchemaContext, conj: Conjunction, part: Located, value: Any) -> None:
     if not isinstance(value, dict):
         raise GrammarError(f"malformed schema at {part.where}: 'dependencies' must be an object, got {value!r}")
     for name, dep in value.items():
@@ -170,14 +165,14 @@ def apply_dependencies(c: "SchemaCompiler", conj: "Conjunction", part: Located, 
             raise GrammarError(f"malformed schema at {part.where}: dependency {name!r} must be an array or a schema")
 
 
-def apply_dependent_required(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+def apply_dependent_required(c: SchemaContext, conj: Conjunction, part: Located, value: Any) -> None:
     if not isinstance(value, dict):
         raise GrammarError(f"malformed schema at {part.where}: 'dependentRequired' must be an object, got {value!r}")
     for name, dep in value.items():
         _dependent_required(c, conj, part, "dependentRequired", name, dep)
 
 
-def apply_dependent_schemas(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+def apply_dependent_schemas(c: SchemaContext, conj: Conjunction, part: Located, value: Any) -> None:
     if not isinstance(value, dict):
         raise GrammarError(f"malformed schema at {part.where}: 'dependentSchemas' must be an object, got {value!r}")
     for name, dep in value.items():
@@ -190,8 +185,8 @@ def _dependent_required(c, conj, part: Located, keyword: str, name: str, names: 
     if not names:
         return
     tag = f"{keyword}/{escape_token(name)}"
-    absent = _synthetic(part, tag + "/absent", {"properties": {name: FORBIDDEN}})
-    present = _synthetic(part, tag + "/present", {"type": "object", "required": [name, *names]})
+    absent = synthetic(part, tag + "/absent", {"properties": {name: FORBIDDEN}})
+    present = synthetic(part, tag + "/present", {"type": "object", "required": [name, *names]})
     _disjunction(conj, keyword, part.where, [(absent,), (present,)])
 
 
@@ -199,12 +194,12 @@ def _dependent_schema(c, conj, part: Located, keyword: str, name: str, schema: A
     if _is_true(schema):
         return
     tag = f"{keyword}/{escape_token(name)}"
-    absent = _synthetic(part, tag + "/absent", {"properties": {name: FORBIDDEN}})
-    present = _synthetic(part, tag + "/present", {"type": "object", "required": [name]})
+    absent = synthetic(part, tag + "/absent", {"properties": {name: FORBIDDEN}})
+    present = synthetic(part, tag + "/present", {"type": "object", "required": [name]})
     _disjunction(conj, keyword, part.where, [(absent,), (present, c.document.child(part, schema, keyword, name))])
 
 
-def apply_internal(c: "SchemaCompiler", conj: "Conjunction", part: Located, key: str, value: Any) -> None:
+def apply_internal(c: SchemaContext, conj: Conjunction, part: Located, key: str, value: Any) -> None:
     """Internal keywords of synthetic schemas (see the module docstring)."""
     if key == "corral:nots":
         for sub in value:
@@ -252,7 +247,7 @@ class _Evaluated:
                           self.everything or other.everything)
 
 
-def apply_unevaluated(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any, keyword: str) -> None:
+def apply_unevaluated(c: SchemaContext, conj: Conjunction, part: Located, value: Any, keyword: str) -> None:
     """``unevaluatedProperties``/``unevaluatedItems``: ordinary keywords, per set of annotation sources.
 
     What is evaluated is known statically up to *conditions*: an ``anyOf``/``oneOf`` branch or
@@ -316,10 +311,10 @@ def _two_one_of_branches(pointers: set) -> bool:
 def _unevaluated_rule(part: Located, mask: int, rest: Located, evaluated: _Evaluated, items: bool) -> Located:
     """A synthetic schema: what is not in ``evaluated`` must satisfy ``rest``."""
     keyword = "corral:unevaluatedItems" if items else "corral:unevaluatedProperties"
-    return _synthetic(part, f"unevaluated{mask}", {keyword: (evaluated, rest)})
+    return synthetic(part, f"unevaluated{mask}", {keyword: (evaluated, rest)})
 
 
-def _annotation_sources(c: "SchemaCompiler", part: Located, chain: tuple, out: list, items: bool,
+def _annotation_sources(c: SchemaContext, part: Located, chain: tuple, out: list, items: bool,
                         visited: set, top: bool = False) -> None:
     """Append ``(conditions, _Evaluated)`` for ``part`` and its in-place subschemas."""
     node = part.node
@@ -363,17 +358,17 @@ def _annotation_sources(c: "SchemaCompiler", part: Located, chain: tuple, out: l
             if "then" in node:
                 walk(doc.child(part, node["then"], "then"), holds)
         if "else" in node and not _is_true(cond.node):
-            fails = chain + ((_synthetic(cond, "not", {"corral:nots": [cond]}, ("not", cond)),) if cond.node is not False else ())
+            fails = chain + ((synthetic(cond, "not", {"corral:nots": [cond]}, ("not", cond)),) if cond.node is not False else ())
             walk(doc.child(part, node["else"], "else"), fails)
     if not items and isinstance(node.get("dependentSchemas"), dict):
         for name, sub in node["dependentSchemas"].items():
             tag = f"dependentSchemas/{escape_token(name)}"
-            present = _synthetic(part, tag + "/present", {"type": "object", "required": [name]})
+            present = synthetic(part, tag + "/present", {"type": "object", "required": [name]})
             child = doc.child(part, sub, "dependentSchemas", name)
             walk(child, chain + (present, child))
 
 
-def _own_evaluated(c: "SchemaCompiler", part: Located, node: dict, items: bool, top: bool) -> _Evaluated:
+def _own_evaluated(c: SchemaContext, part: Located, node: dict, items: bool, top: bool) -> _Evaluated:
     """What ``node``'s own keywords evaluate (an inner ``unevaluated*`` evaluates everything)."""
     if items:
         if "items" in node and not (isinstance(node["items"], list) and int(c.document.dialect) < 2020):
@@ -395,18 +390,16 @@ def _own_evaluated(c: "SchemaCompiler", part: Located, node: dict, items: bool, 
     return _Evaluated(names=names, patterns=patterns)
 
 
-def apply_unevaluated_properties(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+def apply_unevaluated_properties(c: SchemaContext, conj: Conjunction, part: Located, value: Any) -> None:
     apply_unevaluated(c, conj, part, value, "unevaluatedProperties")
 
 
-def apply_unevaluated_items(c: "SchemaCompiler", conj: "Conjunction", part: Located, value: Any) -> None:
+def apply_unevaluated_items(c: SchemaContext, conj: Conjunction, part: Located, value: Any) -> None:
     apply_unevaluated(c, conj, part, value, "unevaluatedItems")
 
 
-def _apply_unevaluated_rule(c: "SchemaCompiler", conj: "Conjunction", part: Located, key: str, value: tuple) -> None:
+def _apply_unevaluated_rule(c: SchemaContext, conj: Conjunction, part: Located, key: str, value: tuple) -> None:
     """The synthetic rule of ``_unevaluated_rule``, as an ordinary key or item rule."""
-    from grammars.frontends.json_schema.arrays import ItemRule
-    from grammars.frontends.json_schema.objects import KeyRule
 
     evaluated, rest = value
     anything = Located(True, part.pointer + "/true", part.base)
@@ -418,7 +411,7 @@ def _apply_unevaluated_rule(c: "SchemaCompiler", conj: "Conjunction", part: Loca
         return
     after = rest
     if evaluated.contains:
-        after = _synthetic(part, "uneval-item", {"corral:any": [(s,) for s in evaluated.contains] + [(rest,)]})
+        after = synthetic(part, "uneval-item", {"corral:any": [(s,) for s in evaluated.contains] + [(rest,)]})
     if not conj.arrays.item_rules and conj.arrays.where == "#":
         conj.arrays.where = part.where
     conj.arrays.item_rules.append(ItemRule((anything,) * evaluated.prefix, after))
@@ -440,20 +433,13 @@ _TYPE_OF_KEYWORD = {
 }
 
 
-def negate(c: "SchemaCompiler", sub: Located) -> list[Located]:
+def negate(c: SchemaContext, sub: Located) -> list[Located]:
     """Schemas whose union is "not ``sub``" (empty list: nothing; may contain real schemas)."""
-    from grammars.frontends.json_schema.compiler import (
-        IGNORED_KEYWORDS,
-        UNSUPPORTED_KEYWORDS,
-        _normalized_number_keywords,
-        parse_type,
-    )
-
     node = sub.node
     if _is_true(node):
         return []
     if node is False:
-        return [_synthetic(sub, "not", True, ("not", sub))]
+        return [synthetic(sub, "not", True, ("not", sub))]
     if not isinstance(node, dict):
         raise GrammarError(f"malformed schema at {sub.where}: a schema must be an object or a boolean")
     where = sub.where
@@ -466,7 +452,7 @@ def negate(c: "SchemaCompiler", sub: Located) -> list[Located]:
             return pieces
     if "$dynamicRef" in node:
         pieces.extend(negate(c, doc.resolve_dynamic(node["$dynamicRef"], sub)))
-    numbers = _normalized_number_keywords(node, where)
+    numbers = scalars.normalized_number_keywords(node, where)
     for key, value in numbers.items():
         if key in _NEGATED_BOUND:
             pieces.append({"type": "number", _NEGATED_BOUND[key]: value})
@@ -551,11 +537,11 @@ def negate(c: "SchemaCompiler", sub: Located) -> list[Located]:
         if isinstance(piece, Located):
             out.append(piece)
         else:
-            out.append(_synthetic(sub, f"not{i}", piece, ("not", sub)))
+            out.append(synthetic(sub, f"not{i}", piece, ("not", sub)))
     return out
 
 
-def _refers_back(c: "SchemaCompiler", start: Located, limit: int = 200) -> bool:
+def _refers_back(c: SchemaContext, start: Located, limit: int = 200) -> bool:
     """Do ``start``'s references lead back into it (or its ancestors), or too far to tell?
     Negating a ``oneOf`` pairs its branches; through a recursive reference that builds a
     grammar far too large, so such a ``oneOf`` is left unnegated (unsupported)."""
@@ -613,7 +599,7 @@ def _negate_type(types: frozenset, where: str) -> list[dict]:
 # --- concrete values ----------------------------------------------------------------------------
 
 
-def evaluate(c: "SchemaCompiler", part: Located, value: Any) -> bool:
+def evaluate(c: SchemaContext, part: Located, value: Any) -> bool:
     """Whether ``value`` satisfies ``part``, judged by ``jsonschema`` on real schemas."""
     if part.origin is not None:
         kind, inner = part.origin
@@ -650,7 +636,7 @@ def evaluate(c: "SchemaCompiler", part: Located, value: Any) -> bool:
 # --- oneOf ------------------------------------------------------------------------------------
 
 
-def overlapping_pairs(c: "SchemaCompiler", groups: list[list["Conjunction"]]) -> set[tuple[int, int]]:
+def overlapping_pairs(c: SchemaContext, groups: list[list[Conjunction]]) -> set[tuple[int, int]]:
     """Pairs of ``oneOf`` branches (by their leaves) not provably disjoint."""
     out = set()
     for i in range(len(groups)):
@@ -660,13 +646,13 @@ def overlapping_pairs(c: "SchemaCompiler", groups: list[list["Conjunction"]]) ->
     return out
 
 
-def apply_negations(c: "SchemaCompiler", conj: "Conjunction", parts: tuple, where: str) -> None:
+def apply_negations(c: SchemaContext, conj: Conjunction, parts: tuple, where: str) -> None:
     """``conj`` and not (all of ``parts``)."""
     if len(parts) == 1:
         _apply_negation(c, conj, parts[0], where)
         return
     owner = parts[0]
-    both = _synthetic(owner, "all", {"corral:all": list(parts)})
+    both = synthetic(owner, "all", {"corral:all": list(parts)})
     _apply_negation(c, conj, both, where)
 
 
@@ -677,7 +663,7 @@ MAX_DISJOINT_NESTING = 8
 MAX_MEMBER_DISJOINT_NESTING = 3
 
 
-def provably_disjoint(c: "SchemaCompiler", a: "Conjunction", b: "Conjunction") -> bool:
+def provably_disjoint(c: SchemaContext, a: Conjunction, b: Conjunction) -> bool:
     """True only when no value satisfies both ``a`` and ``b`` (a sound, incomplete test)."""
     if c.disjoint_nesting >= MAX_DISJOINT_NESTING:
         return False  # sound: the caller then treats the branches as overlapping
@@ -688,8 +674,7 @@ def provably_disjoint(c: "SchemaCompiler", a: "Conjunction", b: "Conjunction") -
         c.disjoint_nesting -= 1
 
 
-def _provably_disjoint(c: "SchemaCompiler", a: "Conjunction", b: "Conjunction") -> bool:
-    from grammars.frontends.json_schema.compiler import intersect_types
+def _provably_disjoint(c: SchemaContext, a: Conjunction, b: Conjunction) -> bool:
 
     common = intersect_types(a.types, b.types)
     if not common or a.is_empty or b.is_empty:
@@ -722,7 +707,7 @@ def _intervals_disjoint(p, q) -> bool:
     return False
 
 
-def _type_disjoint(c: "SchemaCompiler", t: str, a: "Conjunction", b: "Conjunction") -> bool:
+def _type_disjoint(c: SchemaContext, t: str, a: Conjunction, b: Conjunction) -> bool:
     if t in ("number", "integer"):
         return _intervals_disjoint(
             _interval(a.number, "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"),
@@ -744,8 +729,8 @@ def _type_disjoint(c: "SchemaCompiler", t: str, a: "Conjunction", b: "Conjunctio
         if c.disjoint_nesting <= MAX_MEMBER_DISJOINT_NESTING:  # the top-level test is nesting 1
             for name in oa.required:
                 if name in ob.required:
-                    pa = c.conjunction(_member_parts(c, a, name))
-                    pb = c.conjunction(_member_parts(c, b, name))
+                    pa = c.conjunction(member_parts(c, a.objects, name))
+                    pb = c.conjunction(member_parts(c, b.objects, name))
                     la, lb = c.leaves(pa), c.leaves(pb)
                     if all(provably_disjoint(c, x, y) for x in la for y in lb):
                         return True
@@ -753,30 +738,41 @@ def _type_disjoint(c: "SchemaCompiler", t: str, a: "Conjunction", b: "Conjunctio
     return False  # null, boolean
 
 
-def _member_parts(c: "SchemaCompiler", conj: "Conjunction", name: str) -> list[Located]:
-    return [p for rule in conj.objects.key_rules for p in rule.value_parts(name, c)]
+def member_parts(c: SchemaContext, rules: ObjectRules, name: str) -> list[Located]:
+    """The subschemas a member called ``name`` must satisfy: per key rule, its ``properties``
+    entry and every matching ``patternProperties`` entry, else its ``additionalProperties``."""
+    parts: list[Located] = []
+    for rule in rules.key_rules:
+        matched = [loc for p, loc in rule.patterns if pattern_search(c, p, name, rule.where)]
+        if name in rule.properties:
+            parts += [rule.properties[name], *matched]
+        elif matched:
+            parts += matched
+        elif rule.additional is not None:
+            parts.append(rule.additional)
+    return parts
 
 
-def _forbids(c: "SchemaCompiler", conj: "Conjunction", name: str) -> bool:
+def _forbids(c: SchemaContext, conj: Conjunction, name: str) -> bool:
     rules = conj.objects
     if any(not evaluate(c, pn, name) for pn in rules.property_names):
         return True
     if not c.options.additional_properties_default and all(r.additional is None for r in rules.key_rules):
         if not any(name in r.properties or any(pattern_search(c, p, name, r.where) for p, _ in r.patterns) for r in rules.key_rules):
             return True
-    return c.conjunction(_member_parts(c, conj, name)).is_empty
+    return c.conjunction(member_parts(c, conj.objects, name)).is_empty
 
 
 # --- strings and keys ------------------------------------------------------------------------------
 
 
-def pattern_search(c: "SchemaCompiler", pattern: str, text: str, where: str) -> bool:
+def pattern_search(c: SchemaContext, pattern: str, text: str, where: str) -> bool:
     """JSON Schema ``pattern`` semantics on a concrete string, with corral's regex dialect."""
     return _pattern_dfa(c, pattern, where).matches(text)
 
 
-def _pattern_dfa(c: "SchemaCompiler", pattern: str, where: str) -> "CodePointDFA":
-    cache = c.__dict__.setdefault("_pattern_dfas", {})
+def _pattern_dfa(c: SchemaContext, pattern: str, where: str) -> "CodePointDFA":
+    cache = c.pattern_dfas
     dfa = cache.get(pattern)
     if dfa is None:
         try:
@@ -785,22 +781,25 @@ def _pattern_dfa(c: "SchemaCompiler", pattern: str, where: str) -> "CodePointDFA
             raise UnsupportedSchemaError("pattern", where, str(exc)) from None
         except GrammarError as exc:
             raise GrammarError(f"malformed schema at {where}: bad pattern {pattern!r}: {exc}") from None
-        dfa = CodePointDFA.of(expr, where)
+        try:
+            dfa = CodePointDFA.of(expr)
+        except (LimitExceeded, UnsupportedGrammarError) as exc:
+            raise UnsupportedSchemaError("pattern", where, _reason(exc)) from None
         cache[pattern] = dfa
     return dfa
 
 
-def pattern_strings(c: "SchemaCompiler", pattern: str, where: str, limit: int) -> list[str] | None:
+def pattern_strings(c: SchemaContext, pattern: str, where: str, limit: int) -> list[str] | None:
     """The strings ``pattern`` matches (search semantics) when finite and at most ``limit``; else ``None``."""
     return _pattern_dfa(c, pattern, where).finite_strings(limit)
 
 
-def add_pattern(c: "SchemaCompiler", conj: "Conjunction", pattern: str, where: str) -> None:
+def add_pattern(c: SchemaContext, conj: Conjunction, pattern: str, where: str) -> None:
     """A second ``pattern`` in one conjunction: both must match (intersection at the leaf)."""
     conj.not_patterns.append((pattern, where, True))
 
 
-def restricted_string(c: "SchemaCompiler", conj: "Conjunction", keywords: dict, patterns: list, excluded: list) -> Expr:
+def restricted_string(c: SchemaContext, conj: Conjunction, keywords: dict, patterns: list, excluded: list) -> Expr:
     """Strings under ``keywords`` that match every positive and no negative pattern, minus values."""
     keywords = dict(keywords)
     include = [(keywords.pop("pattern"), conj.string_where)] if "pattern" in keywords else []
@@ -809,7 +808,7 @@ def restricted_string(c: "SchemaCompiler", conj: "Conjunction", keywords: dict, 
     return _string_language(c, keywords, include, exclude, excluded, conj.string_where)
 
 
-def _string_language(c: "SchemaCompiler", keywords: dict, include: list, exclude: list, names, where: str) -> Expr:
+def _string_language(c: SchemaContext, keywords: dict, include: list, exclude: list, names, where: str) -> Expr:
     """String tokens under ``keywords``, matching every ``include`` pattern and no ``exclude``
     pattern, whose value is none of ``names``.
 
@@ -840,7 +839,7 @@ def _string_language(c: "SchemaCompiler", keywords: dict, include: list, exclude
     return NOTHING if dfa.is_empty_language else dfa  # a ByteDFA embedded in the IR, as the scalars module does
 
 
-def key_regions(c: "SchemaCompiler", rules, known: set[str]) -> list[tuple[Expr, Expr]]:
+def key_regions(c: SchemaContext, rules, known: set[str]) -> list[tuple[Expr, Expr]]:
     """(key language, value) for every region of undeclared keys, regions pairwise disjoint."""
     where = rules.where
     patterns: list[str] = []
@@ -891,15 +890,15 @@ def key_regions(c: "SchemaCompiler", rules, known: set[str]) -> list[tuple[Expr,
     return out
 
 
-def _may_contain(c: "SchemaCompiler", include, exclude, keywords: dict, name: str) -> bool:
+def _may_contain(c: SchemaContext, include, exclude, keywords: dict, name: str) -> bool:
     if not all(pattern_search(c, p, name, w) for p, w in include):
         return False
     if any(pattern_search(c, p, name, w) for p, w in exclude):
         return False
-    return c._string_in(name, keywords, [])
+    return c.string_in(name, keywords, [])
 
 
-def _property_names_language(c: "SchemaCompiler", rules):
+def _property_names_language(c: SchemaContext, rules):
     """``propertyNames`` as string keywords, patterns to match/avoid and excluded names."""
     keywords: dict = {}
     include: list = []
@@ -925,459 +924,23 @@ def _property_names_language(c: "SchemaCompiler", rules):
     return keywords, include, exclude, excluded
 
 
-def _language_pattern(c: "SchemaCompiler", include, exclude, names, where: str) -> str | None:
+def _language_pattern(c: SchemaContext, include, exclude, names, where: str) -> str | None:
     """An anchored regex for: matches every ``include``, no ``exclude``, is none of ``names``."""
     if len(include) == 1 and not exclude and not names:
         return include[0][0]
     dfa = CodePointDFA.universal()
-    for p, w in include:
-        dfa = dfa.product(_pattern_dfa(c, p, w), "and", where)
-    for p, w in exclude:
-        dfa = dfa.product(_pattern_dfa(c, p, w), "diff", where)
+    operands = [(_pattern_dfa(c, p, w), "and") for p, w in include] + [(_pattern_dfa(c, p, w), "diff") for p, w in exclude]
     if names:
-        dfa = dfa.product(CodePointDFA.of_strings(names), "diff", where)
-    text = dfa.to_regex(where)
+        operands.append((CodePointDFA.of_strings(names), "diff"))
+    try:
+        for other, mode in operands:
+            dfa = dfa.product(other, mode)
+        text = dfa.to_regex()
+    except LimitExceeded as exc:
+        raise UnsupportedSchemaError("patternProperties", where, _reason(exc)) from None
     return None if text is None else f"^(?:{text})$"
 
 
-# --- code-point DFAs ------------------------------------------------------------------------------
-
-MAX_CP = 0x10FFFF
-
-
-class CodePointDFA:
-    """A DFA over Unicode code points with interval transitions (partial: missing means reject).
-
-    ``trans[s]`` is a sorted list of disjoint ``(lo, hi, target)``; state 0 is the start.
-    Small by design: it holds key and pattern languages, not whole grammars.
-    """
-
-    __slots__ = ("trans", "accept")
-
-    def __init__(self, trans: list[list[tuple[int, int, int]]], accept: list[bool]):
-        self.trans = trans
-        self.accept = accept
-
-    @classmethod
-    def universal(cls) -> "CodePointDFA":
-        return cls([[(0, MAX_CP, 0)]], [True])
-
-    @classmethod
-    def of_strings(cls, strings) -> "CodePointDFA":
-        trans: list[dict[int, int]] = [{}]
-        accept = [False]
-        for s in strings:
-            state = 0
-            for ch in s:
-                nxt = trans[state].get(ord(ch))
-                if nxt is None:
-                    nxt = len(trans)
-                    trans.append({})
-                    accept.append(False)
-                    trans[state][ord(ch)] = nxt
-                state = nxt
-            accept[state] = True
-        return cls([sorted((cp, cp, t) for cp, t in row.items()) for row in trans], accept)
-
-    @classmethod
-    def of(cls, expr: Expr, where: str) -> "CodePointDFA":
-        nfa = _NFA()
-        start, final = nfa.build(expr)
-        return nfa.determinize(start, final, where).minimized()
-
-    def matches(self, text: str) -> bool:
-        state = 0
-        for ch in text:
-            cp = ord(ch)
-            row = self.trans[state]
-            i = bisect_left(row, (cp + 1,)) - 1
-            if i < 0 or row[i][1] < cp:
-                return False
-            state = row[i][2]
-        return self.accept[state]
-
-    def finite_strings(self, limit: int) -> list[str] | None:
-        """Every accepted string, when there are at most ``limit`` of them; else ``None``.
-
-        A cycle through a state that can still reach acceptance means infinitely many strings.
-        """
-        live = [bool(a) for a in self.accept]
-        changed = True
-        while changed:  # states from which an accepting state is reachable
-            changed = False
-            for s, row in enumerate(self.trans):
-                if not live[s] and any(live[t] for _, _, t in row):
-                    live[s] = changed = True
-        if not live[0]:
-            return []
-        out: list[str] = []
-        on_path = [False] * len(self.trans)
-
-        def visit(state: int, prefix: str) -> bool:
-            if on_path[state]:
-                return False  # a live cycle
-            if self.accept[state]:
-                out.append(prefix)
-                if len(out) > limit:
-                    return False
-            on_path[state] = True
-            for lo, hi, target in self.trans[state]:
-                if not live[target]:
-                    continue
-                if hi - lo >= limit:
-                    return False
-                for cp in range(lo, hi + 1):
-                    if not visit(target, prefix + chr(cp)):
-                        return False
-            on_path[state] = False
-            return True
-
-        return out if visit(0, "") else None
-
-    def product(self, other: "CodePointDFA", mode: str, where: str) -> "CodePointDFA":
-        """``and`` (both accept) or ``diff`` (self accepts, other does not)."""
-        index: dict[tuple[int, int], int] = {(0, 0): 0}
-        pairs = [(0, 0)]
-        trans: list[list[tuple[int, int, int]]] = []
-        accept: list[bool] = []
-        i = 0
-        while i < len(pairs):
-            p, q = pairs[i]
-            i += 1
-            if len(pairs) > MAX_DFA_STATES:
-                raise UnsupportedSchemaError("patternProperties", where, "key language too large")
-            a_acc = self.accept[p]
-            b_acc = q >= 0 and other.accept[q]
-            accept.append(a_acc and b_acc if mode == "and" else a_acc and not b_acc)
-            row: list[tuple[int, int, int]] = []
-            for lo, hi, p2, q2 in _merge_rows(self.trans[p], other.trans[q] if q >= 0 else []):
-                if p2 < 0 or (mode == "and" and q2 < 0):
-                    continue
-                key = (p2, q2)
-                if key not in index:
-                    index[key] = len(pairs)
-                    pairs.append(key)
-                row.append((lo, hi, index[key]))
-            trans.append(row)
-        return CodePointDFA(trans, accept).minimized()
-
-    def minimized(self) -> "CodePointDFA":
-        """Trimmed (every state can accept) and minimal, start state 0; may be empty."""
-        n = len(self.trans)
-        rev: list[set[int]] = [set() for _ in range(n)]
-        for s, row in enumerate(self.trans):
-            for _, _, t in row:
-                rev[t].add(s)
-        live = {s for s in range(n) if self.accept[s]}
-        stack = list(live)
-        while stack:
-            for p in rev[stack.pop()]:
-                if p not in live:
-                    live.add(p)
-                    stack.append(p)
-        if 0 not in live:
-            return CodePointDFA([[]], [False])
-        rows = {s: [(lo, hi, t) for lo, hi, t in self.trans[s] if t in live] for s in live}
-        block = {s: int(self.accept[s]) for s in live}
-        while True:
-            sigs: dict = {}
-            new = {}
-            for s in sorted(live):
-                sig = (block[s], _coalesce(tuple((lo, hi, block[t]) for lo, hi, t in rows[s])))
-                new[s] = sigs.setdefault(sig, len(sigs))
-            if len(sigs) == len(set(block.values())):
-                block = new
-                break
-            block = new
-        order: dict[int, int] = {}
-        queue = [block[0]]
-        order[block[0]] = 0
-        rep = {}
-        for s in live:
-            rep.setdefault(block[s], s)
-        trans: list = []
-        accept: list = []
-        k = 0
-        while k < len(queue):
-            b = queue[k]
-            k += 1
-            s = rep[b]
-            row = []
-            for lo, hi, t in _coalesce(tuple((lo, hi, block[t]) for lo, hi, t in rows[s])):
-                if t not in order:
-                    order[t] = len(queue)
-                    queue.append(t)
-                row.append((lo, hi, order[t]))
-            trans.append(row)
-            accept.append(self.accept[s])
-        return CodePointDFA(trans, accept)
-
-    @property
-    def is_empty(self) -> bool:
-        return not any(self.accept)
-
-    def to_regex(self, where: str) -> str | None:
-        """A regular expression (corral's dialect, no anchors) for the language; None if empty."""
-        if self.is_empty:
-            return None
-        n = len(self.trans)
-        if n > MAX_REGEX_STATES:  # the written pattern would nest about n groups deep
-            raise UnsupportedSchemaError("patternProperties", where, f"key language needs {n} automaton states (limit {MAX_REGEX_STATES})")
-        start, final = n, n + 1
-        edges: dict[tuple[int, int], Any] = {(start, 0): _EPS}
-        for s, row in enumerate(self.trans):
-            if self.accept[s]:
-                edges[(s, final)] = _EPS
-            for lo, hi, t in row:
-                ranges = Chars(((lo, hi),)).ranges  # code points strings can hold (no surrogates)
-                if ranges:
-                    edges[(s, t)] = _r_alt(edges.get((s, t)), ("set", ranges))
-        remaining = set(range(n))
-        while remaining:
-            ins: dict[int, list[int]] = {k: [] for k in remaining}
-            outs: dict[int, list[int]] = {k: [] for k in remaining}
-            for i, j in edges:
-                if j in remaining and i != j:
-                    ins[j].append(i)
-                if i in remaining and i != j:
-                    outs[i].append(j)
-            k = min(remaining, key=lambda s: (len(ins[s]) * len(outs[s]), s))
-            remaining.discard(k)
-            loop = edges.pop((k, k), None)
-            middle = _r_star(loop)
-            into = [(i, edges.pop((i, k))) for i in ins[k]]
-            out_of = [(j, edges.pop((k, j))) for j in outs[k]]
-            for i, a in into:
-                for j, b in out_of:
-                    edges[(i, j)] = _r_alt(edges.get((i, j)), _r_cat(a, middle, b))
-        result = edges.get((start, final))
-        if result is None:
-            return None
-        text = _render(result)
-        if len(text) > MAX_REGEX_CHARS:
-            raise UnsupportedSchemaError("patternProperties", where, "key language too large to write as a pattern")
-        return text
-
-
-def _merge_rows(a: list, b: list):
-    """Sweep two sorted interval rows: yields (lo, hi, target_a or -1, target_b or -1)."""
-    points = sorted({x for lo, hi, _ in a for x in (lo, hi + 1)} | {x for lo, hi, _ in b for x in (lo, hi + 1)})
-    ia = ib = 0
-    for lo, nxt in pairwise(points):
-        hi = nxt - 1
-        while ia < len(a) and a[ia][1] < lo:
-            ia += 1
-        while ib < len(b) and b[ib][1] < lo:
-            ib += 1
-        ta = a[ia][2] if ia < len(a) and a[ia][0] <= lo else -1
-        tb = b[ib][2] if ib < len(b) and b[ib][0] <= lo else -1
-        if ta >= 0 or tb >= 0:
-            yield lo, hi, ta, tb
-
-
-def _coalesce(row: tuple) -> tuple:
-    out: list = []
-    for lo, hi, t in row:
-        if out and out[-1][2] == t and out[-1][1] + 1 == lo:
-            out[-1] = (out[-1][0], hi, t)
-        else:
-            out.append((lo, hi, t))
-    return tuple(out)
-
-
-class _NFA:
-    def __init__(self) -> None:
-        self.eps: list[list[int]] = []
-        self.edges: list[list[tuple[tuple, int]]] = []
-
-    def new(self) -> int:
-        self.eps.append([])
-        self.edges.append([])
-        if len(self.eps) > 20 * MAX_DFA_STATES:
-            raise UnsupportedSchemaError("pattern", "#", "pattern too large for key algebra")
-        return len(self.eps) - 1
-
-    def build(self, expr: Expr) -> tuple[int, int]:
-        s, e = self.new(), self.new()
-        if isinstance(expr, Chars):
-            if expr.ranges:
-                self.edges[s].append((expr.ranges, e))
-        elif isinstance(expr, Literal):
-            cur = s
-            for ch in expr.text:
-                nxt = self.new()
-                self.edges[cur].append((((ord(ch), ord(ch)),), nxt))
-                cur = nxt
-            self.eps[cur].append(e)
-        elif isinstance(expr, Seq):
-            cur = s
-            for item in expr.items:
-                a, b = self.build(item)
-                self.eps[cur].append(a)
-                cur = b
-            self.eps[cur].append(e)
-        elif isinstance(expr, Alt):
-            for item in expr.items:
-                a, b = self.build(item)
-                self.eps[s].append(a)
-                self.eps[b].append(e)
-        elif isinstance(expr, Repeat):
-            cur = s
-            for _ in range(expr.min):
-                a, b = self.build(expr.item)
-                self.eps[cur].append(a)
-                cur = b
-            if expr.max is None:
-                a, b = self.build(expr.item)
-                self.eps[cur].append(a)
-                self.eps[b].append(cur)
-            else:
-                for _ in range(expr.max - expr.min):
-                    a, b = self.build(expr.item)
-                    self.eps[cur].append(a)
-                    self.eps[cur].append(e)
-                    cur = b
-            self.eps[cur].append(e)
-        else:
-            raise UnsupportedSchemaError("pattern", "#", f"unexpected regex node {type(expr).__name__}")
-        return s, e
-
-    def _closure(self, states) -> frozenset:
-        out = set(states)
-        stack = list(states)
-        while stack:
-            for t in self.eps[stack.pop()]:
-                if t not in out:
-                    out.add(t)
-                    stack.append(t)
-        return frozenset(out)
-
-    def determinize(self, start: int, final: int, where: str) -> CodePointDFA:
-        first = self._closure([start])
-        index = {first: 0}
-        sets = [first]
-        trans: list = []
-        accept: list = []
-        i = 0
-        while i < len(sets):
-            current = sets[i]
-            i += 1
-            if len(sets) > MAX_DFA_STATES:
-                raise UnsupportedSchemaError("pattern", where, "pattern too large for key algebra")
-            accept.append(final in current)
-            moves = [(ranges, t) for s in current for ranges, t in self.edges[s]]
-            points = sorted({x for ranges, _ in moves for lo, hi in ranges for x in (lo, hi + 1)})
-            targets: list[set[int]] = [set() for _ in points]
-            for ranges, t in moves:
-                for lo, hi in ranges:
-                    for k in range(bisect_left(points, lo), bisect_left(points, hi + 1)):
-                        targets[k].add(t)
-            row = []
-            for k in range(len(points) - 1):
-                if not targets[k]:
-                    continue
-                nxt = self._closure(targets[k])
-                if nxt not in index:
-                    index[nxt] = len(sets)
-                    sets.append(nxt)
-                row.append((points[k], points[k + 1] - 1, index[nxt]))
-            trans.append(list(_coalesce(tuple(row))))
-        return CodePointDFA(trans, accept)
-
-
-# --- regex ASTs for state elimination: ("eps",), ("set", ranges), ("cat", items), ("alt", items), ("star", x)
-
-_EPS = ("eps",)
-
-
-def _r_alt(a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    items = []
-    for x in (a, b):
-        items.extend(x[1] if x[0] == "alt" else (x,))
-    sets = [x for x in items if x[0] == "set"]
-    others = []
-    for x in items:
-        if x[0] != "set" and x not in others:
-            others.append(x)
-    if len(sets) > 1:
-        merged = Chars(tuple(r for s in sets for r in s[1])).ranges
-        sets = [("set", merged)]
-    items = sets + others
-    return items[0] if len(items) == 1 else ("alt", tuple(items))
-
-
-def _r_cat(*xs):
-    items = []
-    for x in xs:
-        if x is None:
-            return None
-        if x == _EPS:
-            continue
-        items.extend(x[1] if x[0] == "cat" else (x,))
-    if not items:
-        return _EPS
-    return items[0] if len(items) == 1 else ("cat", tuple(items))
-
-
-def _r_star(x):
-    if x is None or x == _EPS:
-        return _EPS
-    if x[0] == "star":
-        return x
-    return ("star", x)
-
-
-def _render(root) -> str:
-    """Regex text of an AST, without recursion (state elimination nests deeply)."""
-    text: dict[int, str] = {}
-    stack = [(root, False)]
-    while stack:
-        node, ready = stack.pop()
-        if id(node) in text:
-            continue
-        kind = node[0]
-        children = node[1] if kind in ("cat", "alt") else (node[1],) if kind == "star" else ()
-        if not ready and children:
-            stack.append((node, True))
-            stack.extend((child, False) for child in children if id(child) not in text)
-            continue
-        if kind == "eps":
-            out = ""
-        elif kind == "set":
-            out = _render_set(node[1])
-        elif kind == "star":
-            out = _group(node[1], text, ("cat", "alt", "star")) + "*"
-        elif kind == "cat":
-            out = "".join(_group(child, text, ("alt",)) for child in node[1])
-        else:  # alternation; an epsilon member makes the whole group optional
-            members = [child for child in node[1] if child != _EPS]
-            body = "|".join(text[id(child)] for child in members)
-            out = f"(?:{body})?" if len(members) < len(node[1]) else body
-        text[id(node)] = out
-    return text[id(root)]
-
-
-def _group(child, text: dict, kinds: tuple) -> str:
-    """A child's text, in a non-capturing group when its kind binds looser than the parent."""
-    out = text[id(child)]
-    needs = child[0] in kinds and not (child[0] == "alt" and out.startswith("(?:") and out.endswith(")?"))
-    return f"(?:{out})" if needs else out
-
-
-def _render_set(ranges) -> str:
-    ranges = Chars(tuple(ranges)).ranges  # drops surrogates
-    if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
-        return _escape(ranges[0][0])
-    body = "".join(_escape(lo) if lo == hi else f"{_escape(lo)}-{_escape(hi)}" for lo, hi in ranges)
-    return f"[{body}]"
-
-
-def _escape(cp: int) -> str:
-    ch = chr(cp)
-    if ch.isascii() and (ch.isalnum() or ch == "_"):
-        return ch
-    return f"\\u{cp:04X}" if cp <= 0xFFFF else f"\\U{cp:08X}"
+def _reason(exc: Exception) -> str:
+    """The message of an automaton's error, without ``LimitExceeded``'s limit name."""
+    return exc.args[0] if exc.args else str(exc)

@@ -32,7 +32,7 @@ Dialects: keywords of every draft from 4 to 2020-12 are understood (``definition
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable
 
@@ -41,6 +41,22 @@ from grammars.errors import (
     UnsupportedSchemaError,
 )
 from grammars.frontends.json_schema import arrays, combinators, objects, scalars
+from grammars.frontends.json_schema.conjunction import (
+    ALL_TYPES,
+    ARRAY_KEYWORDS,
+    IGNORED_KEYWORDS,
+    INTERNAL,
+    KEYWORD_DRAFTS,
+    OBJECT_KEYWORDS,
+    UNSUPPORTED_KEYWORDS,
+    ArrayRules,
+    Conjunction,
+    Disjunction,
+    ObjectRules,
+    intersect_types,
+    parse_type,
+    value_has_type,
+)
 from grammars.frontends.json_schema.document import (
     Located,
     SchemaDocument,
@@ -67,40 +83,9 @@ __all__ = [
     "Conjunction",
 ]
 
-#: JSON types; ``integer`` is the subset of ``number`` with no fractional part
-TYPE_NAMES = frozenset({"null", "boolean", "object", "array", "string", "number", "integer"})
-ALL_TYPES = frozenset({"null", "boolean", "object", "array", "string", "number"})
-
-#: keywords with no validation meaning (annotations and document structure)
-IGNORED_KEYWORDS = frozenset(
-    {
-        "$schema", "$id", "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$defs", "definitions",
-        "$vocabulary", "$comment", "title", "description", "default", "examples", "readOnly",
-        "writeOnly", "deprecated", "contentEncoding", "contentMediaType", "contentSchema",
-    }
-)
-#: keywords of some draft that validators enforce and this compiler does not
-UNSUPPORTED_KEYWORDS = frozenset(
-    {
-        "$recursiveRef", "extends",
-        "disallow", "divisibleBy",
-    }
-)
-#: keywords a draft does not define are not keywords there: validators ignore them, and so do we
-#: (recorded in ``SchemaReport.ignored``). First and last draft (inclusive) defining each.
-KEYWORD_DRAFTS = {
-    "const": (6, 2020), "contains": (6, 2020), "propertyNames": (6, 2020),
-    "if": (7, 2020), "then": (7, 2020), "else": (7, 2020),
-    "dependencies": (4, 7), "dependentRequired": (2019, 2020), "dependentSchemas": (2019, 2020),
-    "minContains": (2019, 2020), "maxContains": (2019, 2020), "prefixItems": (2020, 2020),
-    "$anchor": (2019, 2020), "unevaluatedProperties": (2019, 2020), "unevaluatedItems": (2019, 2020),
-    "$recursiveRef": (2019, 2019), "$recursiveAnchor": (2019, 2019), "$dynamicRef": (2020, 2020),
-    "$dynamicAnchor": (2020, 2020),
-}
 #: nesting of ``$ref``/``allOf``/``not`` applications before the schema is declared degenerate
 MAX_APPLY_DEPTH = 200
-#: internal keywords of synthetic schemas (never valid in user schemas: ``:`` is not used by drafts)
-INTERNAL = "corral:"
+
 
 
 @dataclass(frozen=True)
@@ -149,107 +134,6 @@ def analyze_json_schema(document: dict | bool, options: JsonSchemaOptions | None
     return SchemaCompiler(SchemaDocument.of(document, options.registry), options).run()
 
 
-# --- type sets -------------------------------------------------------------------------------
-
-
-def intersect_types(a: frozenset, b: frozenset) -> frozenset:
-    out = set((a & b) - {"number", "integer"})
-    a_num, b_num = "number" in a, "number" in b
-    if a_num and b_num:
-        out.add("number")
-    elif (a_num or "integer" in a) and (b_num or "integer" in b):
-        out.add("integer")
-    return frozenset(out)
-
-
-def parse_type(value: Any, where: str) -> frozenset:
-    names = [value] if isinstance(value, str) else value
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise GrammarError(f"malformed schema at {where}: 'type' must be a type name or a list of them, got {value!r}")
-    bad = [n for n in names if n not in TYPE_NAMES]
-    if bad:
-        raise GrammarError(f"malformed schema at {where}: unknown type {bad[0]!r} (expected one of {sorted(TYPE_NAMES)})")
-    types = frozenset(names)
-    return types - {"integer"} if "number" in types else types
-
-
-def value_has_type(value: Any, types: frozenset, integers_by_spelling: bool = False) -> bool:
-    """Whether ``value`` has one of ``types``; with ``integers_by_spelling`` (draft 4) a float is
-    never an integer, as Python reads ``1.0``."""
-    t = json_type(value)
-    if integers_by_spelling and isinstance(value, float):
-        t = "number"
-    if t == "integer":
-        return "integer" in types or "number" in types
-    return t in types
-
-
-# --- the conjunction -------------------------------------------------------------------------
-
-
-@dataclass
-class Disjunction:
-    """Pending alternatives: each branch is a conjunction of parts."""
-
-    keyword: str  # anyOf | oneOf | not | if | dependencies ...
-    where: str
-    branches: list[tuple[Located, ...]]
-
-
-@dataclass
-class Conjunction:
-    """Everything one value must satisfy, as far as applied so far."""
-
-    types: frozenset = ALL_TYPES
-    enum: list | None = None
-    excluded: list = field(default_factory=list)
-    string: dict = field(default_factory=dict)
-    string_where: str = "#"
-    not_patterns: list = field(default_factory=list)  # (pattern, where)
-    number: dict = field(default_factory=dict)
-    number_where: str = "#"
-    objects: objects.ObjectRules = field(default_factory=lambda: objects.ObjectRules())
-    arrays: arrays.ArrayRules = field(default_factory=lambda: arrays.ArrayRules())
-    pending: list = field(default_factory=list)
-    atoms: list = field(default_factory=list)  # Located parts, for evaluating concrete values
-    applied: set = field(default_factory=set)
-    deferred: list = field(default_factory=list)  # (types, keyword, where, reason)
-    not_integer: bool = False  # numbers must have a fractional part ("not type integer")
-
-    def copy(self) -> "Conjunction":
-        return Conjunction(
-            types=self.types,
-            enum=None if self.enum is None else list(self.enum),
-            excluded=list(self.excluded),
-            string=dict(self.string),
-            string_where=self.string_where,
-            not_patterns=list(self.not_patterns),
-            number=dict(self.number),
-            number_where=self.number_where,
-            objects=self.objects.copy(),
-            arrays=self.arrays.copy(),
-            pending=list(self.pending),
-            atoms=list(self.atoms),
-            applied=set(self.applied),
-            deferred=list(self.deferred),
-            not_integer=self.not_integer,
-        )
-
-    def restrict_types(self, types: frozenset) -> None:
-        self.types = intersect_types(self.types, types)
-
-    def restrict_enum(self, values: list) -> None:
-        if self.enum is None:
-            self.enum = dedupe(values)
-        else:
-            keep = {canonical(v) for v in values}
-            self.enum = [v for v in self.enum if canonical(v) in keep]
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.types or (self.enum is not None and not self.enum)
-
-
 # --- the compiler -------------------------------------------------------------------------------
 
 
@@ -284,6 +168,7 @@ class SchemaCompiler:
         self._ignored: list[tuple[str, str]] = []
         #: depth of nested ``provably_disjoint`` calls (see ``combinators.MAX_DISJOINT_NESTING``)
         self.disjoint_nesting = 0
+        self.pattern_dfas: dict = {}  # pattern -> CodePointDFA (combinators)
         self._narrowed: list[str] = []
         self._depth = 0
 
@@ -310,7 +195,7 @@ class SchemaCompiler:
         """``expr`` as a fresh named rule (a ``Ref``); trivial expressions stay inline."""
         if expr in (NOTHING, EMPTY) or isinstance(expr, (Literal, Ref)):
             return expr
-        name = self._fresh(hint)
+        name = self.fresh_rule_name(hint)
         self.rules[name] = expr
         return Ref(name)
 
@@ -321,7 +206,7 @@ class SchemaCompiler:
     def add_rules(self, hints: list[str], build) -> list[Expr]:
         """Fresh rules, one per hint, whose bodies ``build(refs)`` may refer to one another (and
         to themselves) through ``refs``."""
-        names = [self._fresh(hint) for hint in hints]
+        names = [self.fresh_rule_name(hint) for hint in hints]
         refs: list[Expr] = [Ref(name) for name in names]
         for name in names:
             self.rules[name] = NOTHING
@@ -330,7 +215,7 @@ class SchemaCompiler:
             self.rules[name] = body
         return refs
 
-    def _fresh(self, hint: str) -> str:
+    def fresh_rule_name(self, hint: str) -> str:
         """``hint``, or ``hint~n`` for the next free n: the count per hint keeps the thousands of
         states of one any-order object from each scanning the suffixes taken before them."""
         name = hint
@@ -390,17 +275,17 @@ class SchemaCompiler:
             self.back_references += name in self._in_progress
             return Ref(name)
         if key in self._inline:  # asked for twice: share it as a rule
-            name = self._fresh(_rule_hint(resolved))
+            name = self.fresh_rule_name(_rule_hint(resolved))
             self.rules[name] = self._inline.pop(key)
             self._rule_of[key] = name
             return Ref(name)
         if key in self._building:  # recursion through merged $refs: this conjunction needs a rule
             self.back_references += 1
-            name = self._building[key] or self._fresh(_rule_hint(resolved))
+            name = self._building[key] or self.fresh_rule_name(_rule_hint(resolved))
             self._building[key] = name
             return Ref(name)
         if via_ref or len(resolved) > 1 or any("$ref" in p.node for p in resolved):
-            name = self._fresh(_rule_hint(resolved))
+            name = self.fresh_rule_name(_rule_hint(resolved))
             self._rule_of[key] = name
             self.rules[name] = NOTHING  # placeholder while building (recursion sees the Ref)
             self._in_progress.add(name)
@@ -558,7 +443,7 @@ class SchemaCompiler:
                    and (k != "format" or self.options.format_assertion)}
         if strings:
             _merge_string_keywords(self, conj, strings, part.where)
-        numbers = _normalized_number_keywords(node, part.where)
+        numbers = scalars.normalized_number_keywords(node, part.where)
         if numbers:
             _merge_number_keywords(conj, numbers, part.where)
 
@@ -706,7 +591,7 @@ class SchemaCompiler:
     def _string(self, conj: Conjunction, excluded: list) -> Expr:
         keywords = dict(conj.string)
         patterns = list(conj.not_patterns)
-        excluded = [v for v in excluded if self._string_in(v, keywords, patterns)]
+        excluded = [v for v in excluded if self.string_in(v, keywords, patterns)]
         if patterns or excluded:
             return combinators.restricted_string(self, conj, keywords, patterns, excluded)
         return self.string_schema(keywords, conj.string_where)
@@ -726,7 +611,7 @@ class SchemaCompiler:
                 else:
                     raise
 
-    def _string_in(self, value: str, keywords: dict, patterns: list) -> bool:
+    def string_in(self, value: str, keywords: dict, patterns: list) -> bool:
         """Is ``value`` a string ``keywords`` and ``patterns`` (pattern, where, positive) allow?"""
         node = {"type": "string", **{k: v for k, v in keywords.items() if k != "pattern"}}
         try:
@@ -755,7 +640,6 @@ class SchemaCompiler:
             expr = _with_zero_fractions(expr)
         if conj.not_integer and expr != NOTHING:
             from grammars.automata.byte_dfa import compile_regular, intersect
-
             from grammars.frontends.json_schema.numbers import non_integer_text
 
             self.narrowed(f"{conj.number_where}: non-integer numbers are plain decimals of at most 15 significant digits")
@@ -821,7 +705,11 @@ def _zero_fractions(ints: Expr) -> Expr:
 def _short_integers():
     """Integer texts of at most ``ROUND_TRIP_DIGITS`` digits."""
     from grammars.automata.byte_dfa import compile_regular
-    from grammars.frontends.json_schema.numbers import DIGIT, NONZERO_DIGIT, ROUND_TRIP_DIGITS
+    from grammars.frontends.json_schema.numbers import (
+        DIGIT,
+        NONZERO_DIGIT,
+        ROUND_TRIP_DIGITS,
+    )
     from grammars.ir import repeat, seq
 
     digits = alt([Literal("0"), seq([NONZERO_DIGIT, repeat(DIGIT, 0, ROUND_TRIP_DIGITS - 1)])])
@@ -890,8 +778,7 @@ _HANDLERS = {
     "unevaluatedItems": combinators.apply_unevaluated_items,
 }
 
-_NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-_CONSUMED = objects.OBJECT_KEYWORDS | arrays.ARRAY_KEYWORDS | scalars.STRING_KEYWORDS | scalars.NUMBER_KEYWORDS | frozenset(_NUMBER_BOUNDS) | {"multipleOf"}
+_CONSUMED = OBJECT_KEYWORDS | ARRAY_KEYWORDS | scalars.STRING_KEYWORDS | scalars.NUMBER_KEYWORDS | frozenset(scalars.NUMBER_BOUNDS) | {"multipleOf"}
 
 
 def _trivial_unsupported(key: str, value: Any) -> bool:
@@ -904,7 +791,7 @@ def _unconstrained(conj: Conjunction) -> bool:
     return (
         conj.types == ALL_TYPES and conj.enum is None and not conj.excluded and not conj.string
         and not conj.not_patterns and not conj.number and not conj.deferred and not conj.not_integer
-        and conj.objects == objects.ObjectRules() and conj.arrays == arrays.ArrayRules()
+        and conj.objects == ObjectRules() and conj.arrays == ArrayRules()
     )
 
 
@@ -917,38 +804,6 @@ def _excluded_by_type(conj: Conjunction) -> dict[str, list]:
     for v in dedupe(conj.excluded):
         t = json_type(v)
         out.setdefault("number" if t == "integer" else t, []).append(v)
-    return out
-
-
-def _number(value: Any, keyword: str, where: str) -> int | float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise GrammarError(f"malformed schema at {where}: {keyword!r} must be a number, got {value!r}")
-    return value
-
-
-def _normalized_number_keywords(node: dict, where: str) -> dict:
-    """Number keywords in 2020-12 form (draft 4's boolean ``exclusiveMinimum`` rewritten)."""
-    out: dict = {}
-    for key in ("minimum", "maximum"):
-        if key in node:
-            bound = _number(node[key], key, where)
-            flag = node.get("exclusive" + key[0].upper() + key[1:])
-            if flag is True:
-                out["exclusive" + key[0].upper() + key[1:]] = bound
-            else:
-                out[key] = bound
-    for key in ("exclusiveMinimum", "exclusiveMaximum"):
-        if key in node and not isinstance(node[key], bool):
-            bound = _number(node[key], key, where)
-            out[key] = bound if key not in out else (max if key == "exclusiveMinimum" else min)(out[key], bound)
-    if "multipleOf" in node:
-        m = _number(node["multipleOf"], "multipleOf", where)
-        if m <= 0:
-            raise GrammarError(f"malformed schema at {where}: 'multipleOf' must be > 0, got {m!r}")
-        out["multipleOf"] = m
-    for key in scalars.NUMBER_KEYWORDS - set(_NUMBER_BOUNDS) - {"multipleOf"}:
-        if key in node:
-            out[key] = node[key]
     return out
 
 

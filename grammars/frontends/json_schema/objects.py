@@ -38,22 +38,23 @@ repeating layouts); extra keys cannot be checked for duplicates by a context-fre
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from grammars.errors import GrammarError
 from grammars.frontends.json_schema import combinators
+from grammars.frontends.json_schema.conjunction import (
+    OBJECT_KEYWORDS,
+    Conjunction,
+    KeyRule,
+    ObjectRules,
+    SchemaContext,
+)
 from grammars.frontends.json_schema.document import Located, count_keyword
 from grammars.ir import NOTHING, Expr, alt, optional, seq
 
-if TYPE_CHECKING:  # pragma: no cover
-    from grammars.frontends.json_schema.compiler import Conjunction, SchemaCompiler
-
 __all__ = ["OBJECT_KEYWORDS", "KeyRule", "ObjectRules", "apply_object_keywords", "object_expr", "object_body"]
 
-OBJECT_KEYWORDS = frozenset(
-    {"properties", "patternProperties", "additionalProperties", "required", "minProperties", "maxProperties", "propertyNames"}
-)
 #: more states than this in an any-order object falls back to schema order
 MAX_ANY_ORDER_STATES = 1 << 12
 #: a large any-order object repeats members (``_Automaton.any_order_repeating``) when it has at
@@ -61,41 +62,7 @@ MAX_ANY_ORDER_STATES = 1 << 12
 MAX_REPEATING_REQUIRED = 6
 
 
-@dataclass(frozen=True)
-class KeyRule:
-    """What one schema says about member values, by name."""
-
-    where: str
-    properties: dict  # name -> Located
-    patterns: tuple  # ((pattern, Located), ...)
-    additional: Located | None  # None: keyword absent
-
-    def value_parts(self, name: str, compiler: "SchemaCompiler") -> list[Located]:
-        matched = [loc for p, loc in self.patterns if combinators.pattern_search(compiler, p, name, self.where)]
-        if name in self.properties:
-            return [self.properties[name], *matched]
-        if matched:
-            return matched
-        return [self.additional] if self.additional is not None else []
-
-
-@dataclass
-class ObjectRules:
-    """The object keywords of a conjunction, merged."""
-
-    key_rules: list = field(default_factory=list)
-    required: dict = field(default_factory=dict)  # ordered set
-    min_properties: int = 0
-    max_properties: int | None = None
-    property_names: list = field(default_factory=list)
-    where: str = "#"
-
-    def copy(self) -> "ObjectRules":
-        return ObjectRules(list(self.key_rules), dict(self.required), self.min_properties, self.max_properties,
-                           list(self.property_names), self.where)
-
-
-def apply_object_keywords(c: "SchemaCompiler", conj: "Conjunction", part: Located, node: dict) -> None:
+def apply_object_keywords(c: SchemaContext, conj: Conjunction, part: Located, node: dict) -> None:
     """Merge ``node``'s object keywords into ``conj``."""
     if not OBJECT_KEYWORDS.intersection(node):
         return
@@ -149,7 +116,7 @@ class Member:
     required: bool
 
 
-def object_expr(c: "SchemaCompiler", conj: "Conjunction", *, sole: bool = True) -> Expr:
+def object_expr(c: SchemaContext, conj: Conjunction, *, sole: bool = True) -> Expr:
     """The object branch of a leaf conjunction (``sole``: the value's only leaf)."""
     back_references = c.back_references
     rules: ObjectRules = conj.objects
@@ -161,7 +128,7 @@ def object_expr(c: "SchemaCompiler", conj: "Conjunction", *, sole: bool = True) 
     extra_names, open_extra = _finite_property_names(c, rules, names)
     members: list[Member] = []
     for name in list(names) + extra_names:
-        parts = [p for rule in rules.key_rules for p in rule.value_parts(name, c)]
+        parts = combinators.member_parts(c, rules, name)
         if not parts and name in extra_names and _closed_by_default(c, rules):
             continue
         value = c.value(parts)
@@ -195,7 +162,7 @@ def object_expr(c: "SchemaCompiler", conj: "Conjunction", *, sole: bool = True) 
     return lay.object(body)
 
 
-def _closed_by_default(c: "SchemaCompiler", rules: ObjectRules) -> bool:
+def _closed_by_default(c: SchemaContext, rules: ObjectRules) -> bool:
     return not c.options.additional_properties_default and all(r.additional is None for r in rules.key_rules)
 
 
@@ -203,7 +170,7 @@ def _closed_by_default(c: "SchemaCompiler", rules: ObjectRules) -> bool:
 MAX_PATTERN_NAMES = 64
 
 
-def _finite_property_names(c: "SchemaCompiler", rules: ObjectRules, known: dict) -> tuple[list[str], bool]:
+def _finite_property_names(c: SchemaContext, rules: ObjectRules, known: dict) -> tuple[list[str], bool]:
     """Undeclared names that can be listed — from a finite ``propertyNames`` enum, or from the
     patterns of a closed object (``additionalProperties: false`` with finite patterns such as
     ``^[a-d]$``) — which then become declared members.
@@ -240,7 +207,7 @@ def _forbids_all(node: Any) -> bool:
     return node is False or node == combinators.FORBIDDEN
 
 
-def _extra_member(c: "SchemaCompiler", rules: ObjectRules, known: set[str]) -> Expr | None:
+def _extra_member(c: SchemaContext, rules: ObjectRules, known: set[str]) -> Expr | None:
     """One member with an undeclared key (all regions), or None when no such key is allowed."""
     if _closed_by_default(c, rules) and not any(r.patterns for r in rules.key_rules):
         return None
@@ -254,7 +221,7 @@ def _extra_member(c: "SchemaCompiler", rules: ObjectRules, known: set[str]) -> E
 
 
 def object_body(
-    c: "SchemaCompiler", members: list[Member], extra: Expr | None, low: int, high: int | None, *, hint: str,
+    c: SchemaContext, members: list[Member], extra: Expr | None, low: int, high: int | None, *, hint: str,
     repeat: bool = True, required_order: tuple[str, ...] = (),
 ) -> Expr:
     """Members in the configured order, ``low..high`` of them in all, then ``ws`` (or nothing).
@@ -293,7 +260,7 @@ class _Automaton:
     there is no ``high`` (only "enough yet?" matters).
     """
 
-    def __init__(self, c: "SchemaCompiler", members: list[Member], extra: Expr | None, low: int, high: int | None, hint: str):
+    def __init__(self, c: SchemaContext, members: list[Member], extra: Expr | None, low: int, high: int | None, hint: str):
         self.c = c
         self.lay = c.layout
         self.members = members

@@ -8,8 +8,8 @@ option is a programming error, not a property of the schema).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 import json
+from dataclasses import dataclass, fields
 from typing import Any, Literal, Mapping, get_args
 
 __all__ = ["JsonSchemaOptions", "Whitespace", "PropertyOrder", "UnknownKeywords"]

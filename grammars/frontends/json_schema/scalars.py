@@ -42,7 +42,13 @@ from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 from grammars.automata.byte_dfa import ByteDFA, compile_regular, intersect
-from grammars.errors import GrammarSyntaxError, LimitExceeded, UnsupportedGrammarError, UnsupportedSchemaError
+from grammars.errors import (
+    GrammarError,
+    GrammarSyntaxError,
+    LimitExceeded,
+    UnsupportedGrammarError,
+    UnsupportedSchemaError,
+)
 from grammars.frontends.json_schema.document import count_keyword
 from grammars.frontends.regex import parse_regex
 from grammars.ir import NOTHING, Expr, alt
@@ -54,6 +60,8 @@ from . import strings as _strings
 __all__ = [
     "STRING_KEYWORDS",
     "NUMBER_KEYWORDS",
+    "NUMBER_BOUNDS",
+    "normalized_number_keywords",
     "string_schema",
     "number_schema",
     "json_string_value",
@@ -71,6 +79,8 @@ STRING_KEYWORDS: frozenset[str] = frozenset(
 NUMBER_KEYWORDS: frozenset[str] = frozenset(
     {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
 )
+#: the bound keywords, in 2020-12 form (``normalized_number_keywords``)
+NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 
 encode_value_language = _strings.encode_value_language
 json_string_value = _strings.json_string_value
@@ -336,3 +346,34 @@ def json_number_value(value: int | float, same_type: bool = False) -> Expr:
     exact_float = abs(value) < 2**1024 and float(value) == value and not same_type
     return _numbers.number_equal(Fraction(value), integer_texts=True, float_texts=exact_float)
 
+
+def _number_value(value: Any, keyword: str, where: str) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise GrammarError(f"malformed schema at {where}: {keyword!r} must be a number, got {value!r}")
+    return value
+
+
+def normalized_number_keywords(node: dict, where: str) -> dict:
+    """Number keywords in 2020-12 form (draft 4's boolean ``exclusiveMinimum`` rewritten)."""
+    out: dict = {}
+    for key in ("minimum", "maximum"):
+        if key in node:
+            bound = _number_value(node[key], key, where)
+            flag = node.get("exclusive" + key[0].upper() + key[1:])
+            if flag is True:
+                out["exclusive" + key[0].upper() + key[1:]] = bound
+            else:
+                out[key] = bound
+    for key in ("exclusiveMinimum", "exclusiveMaximum"):
+        if key in node and not isinstance(node[key], bool):
+            bound = _number_value(node[key], key, where)
+            out[key] = bound if key not in out else (max if key == "exclusiveMinimum" else min)(out[key], bound)
+    if "multipleOf" in node:
+        m = _number_value(node["multipleOf"], "multipleOf", where)
+        if m <= 0:
+            raise GrammarError(f"malformed schema at {where}: 'multipleOf' must be > 0, got {m!r}")
+        out["multipleOf"] = m
+    for key in NUMBER_KEYWORDS - set(NUMBER_BOUNDS) - {"multipleOf"}:
+        if key in node:
+            out[key] = node[key]
+    return out

@@ -42,7 +42,14 @@ from typing import Collection, Iterable
 import numpy as np
 from numba import njit
 
-from grammars.automata.byte_dfa import DEAD, ByteDFA, compile_regular, difference, from_transitions, minimize
+from grammars.automata.byte_dfa import (
+    DEAD,
+    ByteDFA,
+    compile_regular,
+    difference,
+    from_transitions,
+    minimize,
+)
 from grammars.errors import LimitExceeded, UnsupportedGrammarError
 from grammars.ir import (
     EMPTY,

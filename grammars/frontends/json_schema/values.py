@@ -14,7 +14,6 @@ keep their written order), with the layout's whitespace inside containers.
 from __future__ import annotations
 
 import json
-
 from itertools import permutations
 from typing import Any, Callable, Iterable
 

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schema_check import Checker, oracle
 
-from grammars.testing import allowed_tokens
+from grammars.testing.laws import allowed_tokens
 
 SCHEMAS = {
     "object": {

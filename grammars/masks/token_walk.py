@@ -31,8 +31,8 @@ from numba import njit
 
 from grammars.automata.byte_dfa import byte_classes, load_kernels, predecessors
 from grammars.bitmask import mask_words
-from grammars.token_slices import default_slices
-from grammars.trie import TokenTrie, bfs_states
+from grammars.masks.token_slices import default_slices
+from grammars.vocab.trie import TokenTrie, bfs_states
 
 __all__ = ["PathWalk", "WalkCache", "tokens_to_words", "bounded_equivalence"]
 

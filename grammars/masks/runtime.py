@@ -29,8 +29,8 @@ from grammars.automata.lr import Parser, StackNode
 from grammars.bitmask import mask_words, pack_bool
 from grammars.errors import LimitExceeded
 from grammars.limits import Limits
-from grammars.token_walk import PathWalk, WalkCache, tokens_to_words
-from grammars.trie import TokenTrie
+from grammars.masks.token_walk import PathWalk, WalkCache, tokens_to_words
+from grammars.vocab.trie import TokenTrie
 
 __all__ = ["ACCEPT", "MatchState", "GrammarRuntime", "BoundedCache"]
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import VocabularyError
+from grammars.errors import VocabularyError
 
 __all__ = [
     "CACHE_ENV_VAR",

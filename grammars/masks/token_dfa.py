@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from grammars.bitmask import pack_bool
-from grammars.runtime import BoundedCache
-from grammars.token_walk import WalkCache
+from grammars.masks.runtime import BoundedCache
+from grammars.masks.token_walk import WalkCache
 
 __all__ = ["TokenDFA"]
 

@@ -23,13 +23,15 @@ from numba import njit
 
 from grammars.automata.byte_dfa import ByteDFA, compile_regular
 from grammars.bitmask import pack_bool
-from grammars.trie import TokenTrie, bfs_states
+from grammars.ir import Chars, chars, repeat
+from grammars.vocab.trie import TokenTrie, bfs_states
 
 __all__ = ["TokenSlice", "build_slice", "default_slices", "DEFAULT_SLICE_CLASSES"]
 
-#: Character classes sliced by default (regex syntax): JSON's unescaped string characters, which
-#: every quoted-string body of JSON, GBNF and C-like grammars allows, also when it allows more.
-DEFAULT_SLICE_CLASSES: tuple[str, ...] = (r'[^"\\\x00-\x1f\x7f]',)
+#: Character classes sliced by default: JSON's unescaped string characters (every code point but
+#: ``"``, ``\\``, the C0 controls and DEL), which every quoted-string body of JSON, GBNF and
+#: C-like grammars allows, also when it allows more.
+DEFAULT_SLICE_CLASSES: tuple[Chars, ...] = (chars('"', "\\", (0x00, 0x1F), (0x7F, 0x7F)).complement(),)
 
 #: Product states explored by ``TokenSlice.applies`` before giving up (the answer is then "no",
 #: which only costs the ordinary walk); a string body needs fewer than ten.
@@ -42,7 +44,7 @@ APPLY_MAX_DFA = 1 << 16
 class TokenSlice:
     """One character class's tokens, and the trie of every other token (see module docstring)."""
 
-    pattern: str
+    chars: Chars  # the class C
     loop: ByteDFA  # C*: whole characters of the class; the start state accepts
     mask: np.ndarray  # packed int32 words: the slice's tokens
     parent: np.ndarray  # int64[n]: residual trie, parent position (breadth-first, root first)
@@ -69,11 +71,9 @@ class TokenSlice:
         return words, self.node[accept]
 
 
-def build_slice(trie: TokenTrie, pattern: str, logits_width: int) -> TokenSlice:
-    """Split ``trie``'s tokens by the character class ``pattern`` (a regex for one character)."""
-    from grammars.frontends.regex import parse_regex
-
-    loop = compile_regular(parse_regex(f"(?:{pattern})*"))
+def build_slice(trie: TokenTrie, char_class: Chars, logits_width: int) -> TokenSlice:
+    """Split ``trie``'s tokens by the character class ``char_class``."""
+    loop = compile_regular(repeat(char_class, 0, None))
     states, _ = bfs_states(trie.node_parent, trie.node_byte, loop.table.reshape(-1), loop.accepting, loop.start, 1)
     ends = states[trie.token_node]  # the sentinel slot n: tokens without a node
     text = trie.token_node < trie.n_nodes
@@ -101,7 +101,7 @@ def build_slice(trie: TokenTrie, pattern: str, logits_width: int) -> TokenSlice:
     )
     for arr in arrays.values():
         arr.setflags(write=False)
-    return TokenSlice(pattern=pattern, loop=loop, **arrays)
+    return TokenSlice(chars=char_class, loop=loop, **arrays)
 
 
 def default_slices(trie: TokenTrie, logits_width: int) -> tuple[TokenSlice, ...]:
@@ -109,7 +109,7 @@ def default_slices(trie: TokenTrie, logits_width: int) -> tuple[TokenSlice, ...]
     key = f"_corral_slices_{logits_width}"
     cached = trie.__dict__.get(key)
     if cached is None:
-        cached = tuple(build_slice(trie, pattern, logits_width) for pattern in DEFAULT_SLICE_CLASSES)
+        cached = tuple(build_slice(trie, char_class, logits_width) for char_class in DEFAULT_SLICE_CLASSES)
         trie.__dict__[key] = cached  # derived data of an immutable object
     return cached
 

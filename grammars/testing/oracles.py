@@ -16,7 +16,17 @@ from typing import Callable, Iterable
 from lark import Lark
 from lark.exceptions import UnexpectedInput
 
-from grammars.ir import MAX_CODE_POINT, Alt, Chars, Expr, Grammar, Literal, Ref, Repeat, Seq
+from grammars.ir import (
+    MAX_CODE_POINT,
+    Alt,
+    Chars,
+    Expr,
+    Grammar,
+    Literal,
+    Ref,
+    Repeat,
+    Seq,
+)
 
 __all__ = ["ir_to_lark", "char_level_accepts"]
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Sequence
 
-from .errors import VocabularyError
+from grammars.errors import VocabularyError
 
 __all__ = ["TokenVocabulary", "byte_level_piece_bytes", "decode_tokenizer_json", "sentencepiece_piece_bytes"]
 
@@ -296,9 +296,13 @@ class TokenVocabulary:
 
         The first load converts the tokenizer with transformers (~25 s for Llama 3) and caches it
         under ``cache_dir`` (default ``$CORRAL_CACHE_DIR`` or ``~/.cache/corral``); later loads
-        read the cache. See ``grammars.tokenizer_cache``.
+        read the cache. See ``grammars.vocab.gguf``.
         """
-        from .tokenizer_cache import GGUFTokenType, load_gguf_tokenizer, load_tokenizer_file
+        from grammars.vocab.gguf import (
+            GGUFTokenType,
+            load_gguf_tokenizer,
+            load_tokenizer_file,
+        )
 
         info = load_gguf_tokenizer(path, cache_dir=cache_dir)
         byte_level = info.model == "gpt2"
