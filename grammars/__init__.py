@@ -30,6 +30,7 @@ from grammars.errors import (
     GrammarSyntaxError,
     LimitExceeded,
     MatchError,
+    NoAllowedToken,
     RollbackError,
     TokenRejected,
     UnsupportedGrammarError,
@@ -39,8 +40,8 @@ from grammars.errors import (
 from grammars.frontends import parse_gbnf, parse_lark, parse_regex
 from grammars.ir import Grammar
 from grammars.limits import Limits
-from grammars.masks.token_dfa import TokenDFA
-from grammars.matcher import Matcher, TokenCheck
+from grammars.masks.token_dfa import DFAMatcher, TokenDFA
+from grammars.matcher import Matcher, TokenCheck, TokenMatcher, UnconstrainedMatcher
 from grammars.vocab.vocabulary import TokenVocabulary
 
 __all__ = [
@@ -53,7 +54,10 @@ __all__ = [
     "compile_json_schema",
     "Compiler",
     "CompiledGrammar",
+    "TokenMatcher",
     "Matcher",
+    "DFAMatcher",
+    "UnconstrainedMatcher",
     "TokenCheck",
     "TokenDFA",
     "Limits",
@@ -72,4 +76,5 @@ __all__ = [
     "MatchError",
     "TokenRejected",
     "RollbackError",
+    "NoAllowedToken",
 ]

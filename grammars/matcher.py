@@ -1,4 +1,5 @@
-"""``Matcher``: the per-sequence cursor over a compiled grammar (DESIGN.md §2).
+"""``Matcher``, the cursor over a compiled grammar, and ``UnconstrainedMatcher``: both keep the
+``TokenMatcher`` contract (``grammars.contract``; docs/ARCHITECTURE.md, "The Matcher contract").
 
 One Matcher follows one generated sequence. It is cheap to create and to ``fork`` (states are
 immutable and shared); the expensive data lives in the ``CompiledGrammar`` and is shared by all
@@ -14,38 +15,23 @@ from the grammar's structure rather than by searching texts; see ``CompletionTab
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from grammars.bitmask import bit_is_set
+from grammars.bitmask import bit_is_set, pack_bool
+from grammars.contract import TokenCheck, TokenMatcher
 from grammars.errors import RollbackError, TokenRejected
 from grammars.masks.completion import CompletionTables
 from grammars.masks.runtime import ACCEPT, GrammarRuntime, MatchState
 
-__all__ = ["Matcher", "TokenCheck"]
+__all__ = ["TokenMatcher", "Matcher", "UnconstrainedMatcher", "TokenCheck"]  # the contract re-exported
 
 #: State after EOS: nothing more is allowed.
 _TERMINATED: MatchState = frozenset()
 
 _NO_TOKENS = np.empty(0, dtype=np.int64)
 _NO_TOKENS.setflags(write=False)
-
-
-@dataclass(frozen=True)
-class TokenCheck:
-    """What one check of a token proves (``Matcher.check``).
-
-    ``allowed``: the token may come next (``Matcher.allows``). ``rejected``: ids proven not
-    allowed by the same walk (the token among them when it is not allowed; empty when it is).
-    ``accepted``: ids proven allowed — tokens spelled as a prefix of the token's bytes that its
-    walk got through alive (the token itself when allowed).
-    """
-
-    allowed: bool
-    rejected: np.ndarray
-    accepted: np.ndarray
 
 
 class Matcher:
@@ -249,3 +235,88 @@ class Matcher:
 
     def __repr__(self) -> str:
         return f"Matcher(consumed={self.num_consumed}, configurations={len(self._history[-1])})"
+
+
+class UnconstrainedMatcher:
+    """The matcher of unconstrained generation: every token of the vocabulary, EOS at any time.
+
+    Keeps the ``TokenMatcher`` contract so that decoders and samplers run one code path with or
+    without a constraint. Only padding ids (columns of the logits beyond the vocabulary) are
+    never allowed; special tokens are, as in any unconstrained sampler.
+    """
+
+    __slots__ = ("_vocab", "_consumed", "_words", "_text_ok")
+
+    def __init__(self, vocab, _consumed: list[int] | None = None):
+        self._vocab = vocab
+        self._consumed: list[int] = _consumed if _consumed is not None else []
+        self._text_ok = np.ones(len(vocab), dtype=bool)
+        self._words = pack_bool(self._text_ok, vocab.logits_width)
+
+    @property
+    def num_consumed(self) -> int:
+        return len(self._consumed)
+
+    def freeze(self) -> tuple[str, bool]:
+        return ("unconstrained", self.is_terminated())
+
+    def fill_mask(self, out: np.ndarray, row: int = 0) -> None:
+        target = out if out.ndim == 1 else out[row]
+        if target.shape[0] != self._words.shape[0]:
+            raise ValueError(
+                f"bitmask row has {target.shape[0]} words but this vocabulary needs {self._words.shape[0]} "
+                f"(logits_width={self._vocab.logits_width}); allocate it with allocate_token_bitmask"
+            )
+        target[:] = 0 if self.is_terminated() else self._words
+
+    def allows(self, token: int) -> bool:
+        token = int(token)
+        return not self.is_terminated() and 0 <= token < self._text_ok.shape[0] and bool(self._text_ok[token])
+
+    def check(self, token: int) -> TokenCheck:
+        alone = np.array([int(token)], dtype=np.int64)
+        if self.allows(token):
+            return TokenCheck(True, _NO_TOKENS, alone)
+        return TokenCheck(False, alone, _NO_TOKENS)
+
+    def rejection(self, token: int) -> np.ndarray | None:
+        result = self.check(token)
+        return None if result.allowed else result.rejected
+
+    def is_accepting(self) -> bool:
+        return not self.is_terminated()
+
+    def is_terminated(self) -> bool:
+        return bool(self._consumed) and self._consumed[-1] in self._vocab.eos_token_ids
+
+    def forced_tokens(self, max_tokens: int = 64) -> list[int]:
+        return []
+
+    def shortest_completion(self) -> tuple[int, ...] | None:
+        return None if self.is_terminated() else ()
+
+    def advance(self, token: int) -> None:
+        if not self.allows(token):
+            raise TokenRejected(int(token))
+        self._consumed.append(int(token))
+
+    def try_advance(self, tokens: Sequence[int]) -> int:
+        count = 0
+        for token in tokens:
+            if not self.allows(token):
+                break
+            self._consumed.append(int(token))
+            count += 1
+        return count
+
+    def rollback(self, n: int = 1) -> None:
+        if n < 0 or n > len(self._consumed):
+            raise RollbackError(f"cannot roll back {n} tokens; {len(self._consumed)} consumed")
+        if n:
+            del self._consumed[-n:]
+
+    def fork(self) -> "UnconstrainedMatcher":
+        return UnconstrainedMatcher(self._vocab, list(self._consumed))
+
+    def __repr__(self) -> str:
+        return f"UnconstrainedMatcher(consumed={self.num_consumed})"

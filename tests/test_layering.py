@@ -1,9 +1,11 @@
-"""The import direction ``grammars <- samplers <- engine <- jsonschemabench``, checked with ``ast``.
+"""The import direction ``grammars <- samplers <- engine <- jsonschemabench``, the layers inside
+``grammars``, and no import cycle anywhere, checked with ``ast``.
 
 Every ``.py`` file under the four packages is parsed (not imported), and every import in it —
 ``import x``, ``from x import y``, relative ``from ..x import y``, imports inside functions or
 ``if TYPE_CHECKING:`` blocks, and ``importlib.import_module("x")`` / ``__import__("x")`` with a
-literal name — is resolved to an absolute module name and checked against ``FORBIDDEN``.
+literal name — is resolved to an absolute module name and checked against ``FORBIDDEN``,
+``GRAMMARS_LAYERS`` and for cycles.
 """
 
 from __future__ import annotations
@@ -183,3 +185,142 @@ def test_nothing_outside_jsonschemabench_imports_it():
             if imp.module.split(".")[0] == "jsonschemabench":
                 messages.append(f"{path.relative_to(REPO_ROOT)}:{imp.line}: imports {imp.module}")
     assert not messages, "\n".join(messages)
+
+
+# --- layers inside grammars ------------------------------------------------------------------
+
+#: Each part of ``grammars`` and its layer: a module may import its own part and parts of lower
+#: layers only (docs/ARCHITECTURE.md, "Where each piece lives").
+GRAMMARS_LAYERS: dict[str, int] = {
+    "grammars.errors": 0,
+    "grammars.limits": 0,
+    "grammars.contract": 0,  # the Matcher contract: numpy and typing only
+    "grammars.ir": 1,
+    "grammars.bitmask": 1,
+    "grammars.automata": 2,  # byte DFAs, code-point DFAs, CFG lowering, LR(0)
+    "grammars.vocab": 2,  # token bytes, GGUF tokenizers, the token trie
+    "grammars.frontends": 3,  # regex, GBNF, Lark, JSON Schema -> IR
+    "grammars.masks": 3,  # the mask engine: match states -> allowed tokens
+    "grammars.matcher": 4,
+    "grammars.compile": 5,
+    "grammars.testing": 6,  # the test kit: laws and oracles over the public surface
+    "grammars": 7,  # the package itself: the public names
+}
+
+
+def grammars_part(module: str) -> str | None:
+    """The ``GRAMMARS_LAYERS`` entry a ``grammars`` module belongs to (longest prefix), if any."""
+    best = None
+    for part in GRAMMARS_LAYERS:
+        if (module == part or module.startswith(part + ".")) and (best is None or len(part) > len(best)):
+            best = part
+    return best
+
+
+def layer_violations_in(source: str, module: str, is_package: bool = False, where: str = "") -> list[str]:
+    own = grammars_part(module)
+    if own is None or not module.startswith("grammars"):
+        return []
+    messages = []
+    for imp in imports_of(source, module, is_package):
+        if not imp.module.startswith("grammars"):
+            continue
+        target = grammars_part(imp.module)
+        if target is None:
+            messages.append(f"{where or module}:{imp.line}: {imp.module} belongs to no layer of grammars")
+        elif target != own and GRAMMARS_LAYERS[target] >= GRAMMARS_LAYERS[own]:
+            messages.append(f"{where or module}:{imp.line}: {own} (layer {GRAMMARS_LAYERS[own]}) must not import "
+                            f"{imp.module} (layer {GRAMMARS_LAYERS[target]})")
+    return messages
+
+
+@pytest.mark.parametrize(
+    ("source", "module", "bad"),
+    [
+        ("from grammars.matcher import Matcher", "grammars.masks.token_dfa", True),
+        ("def f():\n    from grammars.compile import Compiler\n", "grammars.frontends.json_schema.values", True),
+        ("from grammars.frontends.regex import parse_regex", "grammars.masks.token_slices", True),
+        ("from grammars.masks.runtime import BoundedCache", "grammars.frontends.gbnf", True),
+        ("from grammars.vocab.trie import TokenTrie", "grammars.automata.byte_dfa", True),
+        ("from grammars.nowhere import x", "grammars.masks.runtime", True),
+        ("from grammars.automata.byte_dfa import ByteDFA", "grammars.masks.token_walk", False),
+        ("from grammars.masks.token_walk import WalkCache", "grammars.masks.token_dfa", False),
+        ("from grammars.contract import TokenCheck", "grammars.masks.token_dfa", False),
+        ("from grammars.compile import Compiler", "grammars.testing.laws", False),
+    ],
+)
+def test_layer_checker(source, module, bad):
+    assert bool(layer_violations_in(source, module)) == bad
+
+
+def test_grammars_layers():
+    messages = []
+    for path in package_files():
+        module, is_package = module_name(path)
+        messages += layer_violations_in(path.read_text(encoding="utf-8"), module, is_package,
+                                        where=str(path.relative_to(REPO_ROOT)))
+    assert not messages, "layers inside grammars (see GRAMMARS_LAYERS):\n" + "\n".join(messages)
+
+
+def test_every_grammars_module_has_a_layer():
+    missing = [module_name(p)[0] for p in package_files()
+               if module_name(p)[0].startswith("grammars") and grammars_part(module_name(p)[0]) is None]
+    assert not missing, f"modules of grammars outside GRAMMARS_LAYERS: {missing}"
+
+
+# --- no import cycles ------------------------------------------------------------------------
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports (a ``from pkg import name`` counts as importing
+    ``pkg.name`` when that is a module, else ``pkg``)."""
+    files = package_files()
+    modules = {module_name(p)[0] for p in files}
+    graph: dict[str, set[str]] = {}
+    for path in files:
+        module, is_package = module_name(path)
+        edges = set()
+        for imp in imports_of(path.read_text(encoding="utf-8"), module, is_package):
+            if imp.module in modules and imp.module != module:
+                edges.add(imp.module)
+        graph[module] = edges
+    # ``from pkg import name`` also yields ``pkg``; a package's __init__ importing its own
+    # submodules is how packages export names, not a cycle through the submodule
+    for module, edges in graph.items():
+        edges.difference_update({m for m in edges if module.startswith(m + ".")})
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle, as the list of modules around it, or None (iterative DFS)."""
+    colour: dict[str, int] = {}
+    for root in sorted(graph):
+        if colour.get(root):
+            continue
+        stack = [(root, iter(sorted(graph[root])))]
+        path = [root]
+        colour[root] = 1
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                colour[node] = 2
+                stack.pop()
+                path.pop()
+            elif colour.get(child, 0) == 1:
+                return path[path.index(child):] + [child]
+            elif colour.get(child, 0) == 0:
+                colour[child] = 1
+                stack.append((child, iter(sorted(graph.get(child, ())))))
+                path.append(child)
+    return None
+
+
+def test_cycle_finder_finds_cycles():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycles():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)

@@ -7,13 +7,21 @@ the matcher's inside-walk cache), so a huge DFA costs only what is visited.
 
 from __future__ import annotations
 
+from collections import deque
+from typing import Sequence
+
 import numpy as np
 
 from grammars.bitmask import pack_bool
+from grammars.contract import TokenCheck
+from grammars.errors import RollbackError, TokenRejected
 from grammars.masks.runtime import BoundedCache
 from grammars.masks.token_walk import WalkCache
 
-__all__ = ["TokenDFA"]
+__all__ = ["TokenDFA", "DFAMatcher"]
+
+#: ``DFAMatcher``'s state after EOS: nothing more is allowed.
+TERMINATED = -2
 
 
 class TokenDFA:
@@ -35,6 +43,7 @@ class TokenDFA:
         self.eos_token_ids = eos_token_ids
         self.logits_width = logits_width
         self._rows = BoundedCache(65536)
+        self._masks = BoundedCache(4096)
 
     def is_accepting(self, state: int) -> bool:
         return bool(self.accepting[state])
@@ -58,11 +67,153 @@ class TokenDFA:
             return int(states[i])
         return -1
 
+    def matcher(self) -> "DFAMatcher":
+        """A cursor over this DFA at its start state, keeping the ``TokenMatcher`` contract."""
+        return DFAMatcher(self, [self.start])
+
     def allowed_mask(self, state: int) -> np.ndarray:
-        """Packed bitmask of tokens allowed from ``state`` (EOS when accepting)."""
-        tokens, _ = self.transitions(state)
-        allowed = np.zeros(self.logits_width, dtype=bool)
-        allowed[tokens] = True
+        """Packed bitmask of tokens allowed from ``state`` (EOS when accepting); read-only, cached."""
+        cached = self._masks.get(state)
+        if cached is None:
+            tokens, _ = self.transitions(state)
+            allowed = np.zeros(self.logits_width, dtype=bool)
+            allowed[tokens] = True
+            if self.accepting[state]:
+                allowed[[t for t in self.eos_token_ids if t < self.logits_width]] = True
+            cached = pack_bool(allowed, self.logits_width)
+            cached.setflags(write=False)
+            self._masks.put(state, cached)
+        return cached
+
+    def shortest_completion(self, state: int) -> tuple[int, ...] | None:
+        """Fewest tokens from ``state`` to an accepting state (breadth-first over DFA states,
+        each visited once); ``None`` when no accepting state can be reached."""
         if self.accepting[state]:
-            allowed[[t for t in self.eos_token_ids if t < self.logits_width]] = True
-        return pack_bool(allowed, self.logits_width)
+            return ()
+        parent: dict[int, tuple[int, int]] = {state: (-1, -1)}
+        queue = deque([state])
+        while queue:
+            here = queue.popleft()
+            tokens, states = self.transitions(here)
+            for token, nxt in zip(tokens.tolist(), states.tolist()):
+                if nxt in parent:
+                    continue
+                parent[nxt] = (here, token)
+                if self.accepting[nxt]:
+                    path = []
+                    while nxt != state:
+                        nxt, token = parent[nxt]
+                        path.append(token)
+                    return tuple(reversed(path))
+                queue.append(nxt)
+        return None
+
+
+class DFAMatcher:
+    """One sequence's position in a ``TokenDFA``: the ``TokenMatcher`` contract over DFA states.
+
+    What a regular constraint's decoder holds when it also runs DFA-level algorithms (DINGO's
+    dynamic program) over the same ``TokenDFA``: the state is a plain int, shared with them.
+    """
+
+    __slots__ = ("dfa", "_history")
+
+    def __init__(self, dfa: TokenDFA, history: list[int]):
+        self.dfa = dfa
+        self._history = history
+
+    @property
+    def state(self) -> int:
+        """The DFA state (``TERMINATED`` after EOS)."""
+        return self._history[-1]
+
+    @property
+    def num_consumed(self) -> int:
+        return len(self._history) - 1
+
+    def freeze(self) -> int:
+        return self._history[-1]
+
+    def fill_mask(self, out: np.ndarray, row: int = 0) -> None:
+        state = self._history[-1]
+        target = out if out.ndim == 1 else out[row]
+        words = (self.dfa.logits_width + 31) // 32
+        if target.shape[0] != words:
+            raise ValueError(
+                f"bitmask row has {target.shape[0]} words but this vocabulary needs {words} "
+                f"(logits_width={self.dfa.logits_width}); allocate it with allocate_token_bitmask"
+            )
+        target[:] = 0 if state == TERMINATED else self.dfa.allowed_mask(state)
+
+    def allows(self, token: int) -> bool:
+        return self._next(token) is not None
+
+    def check(self, token: int) -> TokenCheck:
+        alone = np.array([int(token)], dtype=np.int64)
+        if self.allows(token):
+            return TokenCheck(True, alone[:0], alone)
+        return TokenCheck(False, alone, alone[:0])
+
+    def rejection(self, token: int) -> np.ndarray | None:
+        result = self.check(token)
+        return None if result.allowed else result.rejected
+
+    def is_accepting(self) -> bool:
+        state = self._history[-1]
+        return state != TERMINATED and bool(self.dfa.accepting[state])
+
+    def is_terminated(self) -> bool:
+        return self._history[-1] == TERMINATED
+
+    def forced_tokens(self, max_tokens: int = 64) -> list[int]:
+        forced: list[int] = []
+        state = self._history[-1]
+        while len(forced) < max_tokens and state != TERMINATED and not self.dfa.accepting[state]:
+            tokens, states = self.dfa.transitions(state)
+            if tokens.shape[0] != 1:
+                break
+            forced.append(int(tokens[0]))
+            state = int(states[0])
+        return forced
+
+    def shortest_completion(self) -> tuple[int, ...] | None:
+        state = self._history[-1]
+        return None if state == TERMINATED else self.dfa.shortest_completion(state)
+
+    def advance(self, token: int) -> None:
+        nxt = self._next(token)
+        if nxt is None:
+            raise TokenRejected(int(token))
+        self._history.append(nxt)
+
+    def try_advance(self, tokens: Sequence[int]) -> int:
+        count = 0
+        for token in tokens:
+            nxt = self._next(token)
+            if nxt is None:
+                break
+            self._history.append(nxt)
+            count += 1
+        return count
+
+    def rollback(self, n: int = 1) -> None:
+        if n < 0 or n > len(self._history) - 1:
+            raise RollbackError(f"cannot roll back {n} tokens; {len(self._history) - 1} consumed")
+        if n:
+            del self._history[-n:]
+
+    def fork(self) -> "DFAMatcher":
+        return DFAMatcher(self.dfa, list(self._history))
+
+    def _next(self, token: int) -> int | None:
+        state = self._history[-1]
+        token = int(token)
+        if state == TERMINATED:
+            return None
+        if token in self.dfa.eos_token_ids:
+            return TERMINATED if self.dfa.accepting[state] else None
+        nxt = self.dfa.next_state(state, token)
+        return None if nxt < 0 else nxt
+
+    def __repr__(self) -> str:
+        return f"DFAMatcher(state={self.state}, consumed={self.num_consumed})"

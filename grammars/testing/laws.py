@@ -10,7 +10,11 @@ Laws:
 - ``advance`` then ``rollback(1)`` restores the mask;
 - ``fork`` is independent of its origin;
 - ``rejection`` agrees with the mask, and every token in a rejected set is rejected;
-- EOS is allowed iff ``is_accepting()``; padded ids are never allowed.
+- EOS is allowed iff ``is_accepting()``; padded ids are never allowed;
+- a forced token is the only allowed token, all along the run ``forced_tokens`` returns;
+- the tokens of ``shortest_completion`` are each allowed in turn and end in an accepting state.
+
+Every law uses only the ``grammars.TokenMatcher`` contract, so it holds for every matcher kind.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ class MatcherLaws:
         self.check_rollback_restores(allowed)
         self.check_fork_independent(allowed)
         self.check_token_checks(allowed)
+        self.check_forced_tokens(allowed)
+        self.check_shortest_completion()
         return allowed
 
     # --- individual laws ---------------------------------------------------------------------
@@ -114,6 +120,33 @@ class MatcherLaws:
         after = allowed_tokens(self.matcher, self.vocab.logits_width)
         assert np.array_equal(after, allowed), "advancing a fork changed the original matcher"
         assert fork.num_consumed == self.matcher.num_consumed + 1
+
+    def check_forced_tokens(self, allowed: np.ndarray, max_tokens: int = 16) -> None:
+        forced = self.matcher.forced_tokens(max_tokens)
+        probe = self.matcher.fork()
+        here = allowed
+        for i, token in enumerate(forced):
+            only = np.flatnonzero(here).tolist()
+            assert only == [token], f"forced token {i} ({self._show(token)}) but the mask allows {only[:5]}"
+            probe.advance(token)
+            here = allowed_tokens(probe, self.vocab.logits_width)
+        assert self.matcher.forced_tokens(max_tokens) == forced, "forced_tokens changed the matcher state"
+        if len(forced) < max_tokens and not probe.is_accepting():
+            assert np.count_nonzero(here) != 1, f"forced run stops after {len(forced)} tokens at a forced token"
+
+    def check_shortest_completion(self) -> None:
+        completion = self.matcher.shortest_completion()
+        if completion is None:
+            assert self.matcher.is_terminated() or not self.matcher.is_accepting(), (
+                "no shortest completion from an accepting state")
+            return
+        probe = self.matcher.fork()
+        for i, token in enumerate(completion):
+            assert probe.allows(token), f"completion token {i} ({self._show(token)}) is not allowed"
+            probe.advance(token)
+        assert probe.is_accepting(), f"the shortest completion {list(completion)[:8]} does not end accepting"
+        if self.matcher.is_accepting():
+            assert completion == (), "an accepting matcher's shortest completion is not empty"
 
     # --- helpers -----------------------------------------------------------------------------
 

@@ -1,8 +1,10 @@
-"""The Matcher contract (grammars.testing.laws.MatcherLaws) on every backend and at every step.
+"""The Matcher contract (grammars.testing.laws.MatcherLaws) on every matcher kind, at every step.
 
-Backends: a regular constraint (one terminal, token DFA), a GBNF CFG with overlapping
-terminals, a Lark grammar with left recursion and %ignore. Vocabularies: the byte vocabulary
-(every token id checked) and Llama 3 (a sample of ids plus every allowed one).
+Matcher kinds: ``Matcher`` over regular constraints, GBNF CFGs with overlapping terminals, a
+Lark grammar with left recursion and %ignore, and JSON Schemas (objects, arrays, enums, any-order
+members, recursion); ``DFAMatcher`` (``TokenDFA.matcher()``); ``UnconstrainedMatcher``. Every
+kind is a ``grammars.TokenMatcher``. Vocabularies: the byte vocabulary (every token id checked)
+and Llama 3 (a sample of ids plus every allowed one).
 """
 
 from __future__ import annotations
@@ -10,8 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grammars import Compiler
-from grammars.testing.laws import MatcherLaws
+import inspect
+import json
+
+from grammars import Compiler, TokenMatcher, UnconstrainedMatcher
+from grammars.testing.laws import MatcherLaws, allowed_tokens
 
 ARITHMETIC = r"""
 root  ::= (expr "=" ws term "\n")+
@@ -52,16 +57,43 @@ CASES = [
 ]
 
 
-def _compile(compiler: Compiler, kind: str, source: str):
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 8},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "tags": {"type": "array", "items": {"enum": ["a", "bc", 3]}, "maxItems": 3},
+        "kind": {"const": "person"},
+    },
+    "required": ["name", "kind"],
+    "additionalProperties": False,
+}
+TREE = {
+    "$defs": {"node": {"type": "object", "properties": {"v": {"type": "number"},
+                                                          "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+                       "required": ["v"], "additionalProperties": False}},
+    "$ref": "#/$defs/node",
+}
+SCHEMA_CASES = [
+    (PERSON, {}, [{"name": "Al", "tags": ["bc", 3], "kind": "person"}, {"name": "", "age": 7, "kind": "person"}]),
+    (PERSON, {"whitespace": "flexible", "property_order": "any"}, [{"age": 150, "kind": "person", "name": "é\n"}]),
+    (TREE, {}, [{"v": 1.5, "kids": [{"v": -2}, {"v": 0, "kids": []}]}]),
+]
+
+
+def _compile(compiler: Compiler, kind: str, source):
     if kind == "regex":
         return compiler.compile_regex(source)
     if kind == "gbnf":
         return compiler.compile_gbnf(source)
+    if kind == "json_schema":
+        schema, options = source
+        return compiler.compile_json_schema(schema, **options)
     return compiler.compile_lark(source)
 
 
-def _walk_with_laws(compiled, vocab, text: str, sample: int | None) -> None:
-    matcher = compiled.matcher()
+def _walk_with_laws(compiled, vocab, text: str, sample: int | None, matcher=None) -> None:
+    matcher = matcher if matcher is not None else compiled.matcher()
     laws = MatcherLaws(matcher, vocab, sample=sample)
     for token in vocab.encode(text):
         laws.check_all()
@@ -83,6 +115,111 @@ def test_laws_llama3(llama3_compiler, kind, source, texts):
     compiled = _compile(llama3_compiler, kind, source)
     for text in texts:
         _walk_with_laws(compiled, llama3_compiler.vocab, text, sample=1500)
+
+
+def _schema_texts(schema_case) -> list[str]:
+    schema, options, values = schema_case
+    separators = (", ", ": ") if options.get("whitespace") == "flexible" else (",", ":")
+    return [json.dumps(v, ensure_ascii=False, separators=separators) for v in values]
+
+
+@pytest.mark.parametrize("case", SCHEMA_CASES, ids=[f"schema-{i}" for i in range(len(SCHEMA_CASES))])
+def test_laws_json_schema_byte_vocab(byte_vocab, case):
+    compiled = _compile(Compiler(byte_vocab), "json_schema", case[:2])
+    for text in _schema_texts(case):
+        _walk_with_laws(compiled, byte_vocab, text, sample=None)
+
+
+@pytest.mark.parametrize("case", SCHEMA_CASES, ids=[f"schema-{i}" for i in range(len(SCHEMA_CASES))])
+def test_laws_json_schema_llama3(llama3_compiler, case):
+    compiled = _compile(llama3_compiler, "json_schema", case[:2])
+    for text in _schema_texts(case):
+        _walk_with_laws(compiled, llama3_compiler.vocab, text, sample=600)
+
+
+REGULAR = [(source, texts) for kind, source, texts in CASES if kind == "regex"] + [
+    (r'"[a-z]{0,3}"(,"x")?', ['"ab","x"', '""']),  # forced runs: the closing quote after three letters, ',"x"'
+]
+
+
+@pytest.mark.parametrize("source,texts", REGULAR, ids=[f"dfa-{i}" for i in range(len(REGULAR))])
+def test_laws_token_dfa_matcher(byte_vocab, source, texts):
+    compiled = Compiler(byte_vocab).compile_regex(source)
+    for text in texts:
+        _walk_with_laws(compiled, byte_vocab, text, sample=None, matcher=compiled.as_dfa().matcher())
+
+
+@pytest.mark.parametrize("source,texts", REGULAR[:2], ids=["dfa-0", "dfa-1"])
+def test_laws_token_dfa_matcher_llama3(llama3_compiler, source, texts):
+    compiled = llama3_compiler.compile_regex(source)
+    for text in texts:
+        _walk_with_laws(compiled, llama3_compiler.vocab, text, sample=600, matcher=compiled.as_dfa().matcher())
+
+
+def test_token_dfa_matcher_agrees_with_matcher(byte_vocab):
+    """The two cursors over one regular constraint allow the same tokens at every step."""
+    compiled = Compiler(byte_vocab).compile_regex(r'"[a-z]{0,3}"(,"x")?')
+    dfa_matcher, matcher = compiled.as_dfa().matcher(), compiled.matcher()
+    for token in byte_vocab.encode('"ab","x"'):
+        assert np.array_equal(allowed_tokens(dfa_matcher, byte_vocab.logits_width),
+                              allowed_tokens(matcher, byte_vocab.logits_width))
+        assert dfa_matcher.forced_tokens() == matcher.forced_tokens()
+        dfa_matcher.advance(token)
+        matcher.advance(token)
+    assert dfa_matcher.is_accepting() and matcher.is_accepting()
+
+
+@pytest.mark.parametrize("vocab_fixture", ["byte_vocab", "llama3_vocab"])
+def test_laws_unconstrained_matcher(request, vocab_fixture):
+    vocab = request.getfixturevalue(vocab_fixture)
+    matcher = UnconstrainedMatcher(vocab)
+    laws = MatcherLaws(matcher, vocab, sample=None if len(vocab) < 1000 else 600)
+    for token in vocab.encode("any text at all {]"):
+        laws.check_all()
+        matcher.advance(token)
+    laws.check_all()
+    eos = next(iter(vocab.eos_token_ids))
+    matcher.advance(eos)
+    assert matcher.is_terminated() and not matcher.allows(0)
+    laws.check_all()
+
+
+def _kinds(byte_vocab):
+    compiler = Compiler(byte_vocab)
+    return {
+        "Matcher": compiler.compile_gbnf(ARITHMETIC).matcher(),
+        "Matcher(json schema)": compiler.compile_json_schema(PERSON).matcher(),
+        "DFAMatcher": compiler.compile_regex("ab+").as_dfa().matcher(),
+        "UnconstrainedMatcher": UnconstrainedMatcher(byte_vocab),
+    }
+
+
+def test_every_matcher_kind_is_a_token_matcher(byte_vocab):
+    members = [name for name, _ in inspect.getmembers(TokenMatcher) if not name.startswith("_")]
+    assert {"fill_mask", "allows", "advance", "rollback", "fork", "shortest_completion"} <= set(members)
+    for kind, matcher in _kinds(byte_vocab).items():
+        assert isinstance(matcher, TokenMatcher), kind
+        for name in members:
+            declared = getattr(TokenMatcher, name)
+            if callable(declared):
+                wanted = list(inspect.signature(declared).parameters)
+                got = list(inspect.signature(getattr(type(matcher), name)).parameters)
+                assert got == wanted, f"{kind}.{name}{tuple(got)} differs from the contract's {tuple(wanted)}"
+
+
+def test_misuse_leaves_every_kind_unchanged(byte_vocab):
+    from grammars import RollbackError, TokenRejected
+
+    for kind, matcher in _kinds(byte_vocab).items():
+        before = allowed_tokens(matcher, byte_vocab.logits_width)
+        bad = int(np.flatnonzero(~before[: len(byte_vocab)])[0]) if (~before[: len(byte_vocab)]).any() else None
+        if bad is not None:
+            with pytest.raises(TokenRejected):
+                matcher.advance(bad)
+        with pytest.raises(RollbackError):
+            matcher.rollback(1)
+        assert matcher.num_consumed == 0, kind
+        assert np.array_equal(allowed_tokens(matcher, byte_vocab.logits_width), before), kind
 
 
 def test_terminated_after_eos(byte_vocab):
