@@ -1,7 +1,8 @@
 """The Matcher contract as a type: ``TokenMatcher``, and ``TokenCheck``, what one check proves.
 
 Every matcher kind keeps it, and samplers, decoders and the test kit's ``MatcherLaws`` rely on
-nothing else. Numpy and typing only, so every layer of ``grammars`` may import it.
+nothing else. ``StateHistory`` is the half of it every kind implements alike. Numpy, typing and
+``grammars.errors`` only, so every layer of ``grammars`` may import it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-__all__ = ["TokenMatcher", "TokenCheck"]
+from grammars.errors import RollbackError, TokenRejected
+
+__all__ = ["TokenMatcher", "TokenCheck", "StateHistory"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,12 @@ class TokenCheck:
     allowed: bool
     rejected: np.ndarray
     accepted: np.ndarray
+
+    @classmethod
+    def alone(cls, token: int, allowed: bool) -> "TokenCheck":
+        """A check that proves nothing beyond ``token`` itself."""
+        ids = np.array([int(token)], dtype=np.int64)
+        return cls(allowed, ids[:0], ids) if allowed else cls(allowed, ids, ids[:0])
 
 
 @runtime_checkable
@@ -110,3 +119,55 @@ class TokenMatcher(Protocol):
         ...
 
 
+class StateHistory:
+    """The moving half of the contract, over a history of states (``_history[-1]`` is the state).
+
+    A matcher kind supplies ``_history`` (a list, start state first) and ``_next_state(token)``
+    (the state after ``token``, ``None`` when it is not allowed); advancing, rolling back and
+    freezing are then the same for every kind, and so are their errors.
+    """
+
+    __slots__ = ()
+    _history: list
+
+    def _next_state(self, token: int):  # pragma: no cover - every kind overrides it
+        raise NotImplementedError
+
+    @property
+    def num_consumed(self) -> int:
+        """Tokens consumed so far (what ``rollback`` can undo)."""
+        return len(self._history) - 1
+
+    def freeze(self):
+        """A hashable snapshot of the state, for memoisation in samplers."""
+        return self._history[-1]
+
+    def rejection(self, token: int) -> np.ndarray | None:
+        """``None`` when ``token`` may come next; otherwise ``check(token).rejected``."""
+        result = self.check(token)  # type: ignore[attr-defined]
+        return None if result.allowed else result.rejected
+
+    def advance(self, token: int) -> None:
+        """Consume ``token``. Raises ``TokenRejected`` (state unchanged) if it is not allowed."""
+        nxt = self._next_state(int(token))
+        if nxt is None:
+            raise TokenRejected(int(token))
+        self._history.append(nxt)
+
+    def try_advance(self, tokens: Sequence[int]) -> int:
+        """Consume the longest allowed prefix of ``tokens``; returns how many were consumed."""
+        count = 0
+        for token in tokens:
+            nxt = self._next_state(int(token))
+            if nxt is None:
+                break
+            self._history.append(nxt)
+            count += 1
+        return count
+
+    def rollback(self, n: int = 1) -> None:
+        """Undo the last ``n`` consumed tokens in O(n). Raises ``RollbackError`` if n is too large."""
+        if n < 0 or n > len(self._history) - 1:
+            raise RollbackError(f"cannot roll back {n} tokens; {len(self._history) - 1} consumed")
+        if n:
+            del self._history[-n:]

@@ -15,13 +15,10 @@ from the grammar's structure rather than by searching texts; see ``CompletionTab
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
 
 from grammars.bitmask import bit_is_set, pack_bool
-from grammars.contract import TokenCheck, TokenMatcher
-from grammars.errors import RollbackError, TokenRejected
+from grammars.contract import StateHistory, TokenCheck, TokenMatcher
 from grammars.masks.completion import CompletionTables
 from grammars.masks.runtime import ACCEPT, GrammarRuntime, MatchState
 
@@ -34,7 +31,7 @@ _NO_TOKENS = np.empty(0, dtype=np.int64)
 _NO_TOKENS.setflags(write=False)
 
 
-class Matcher:
+class Matcher(StateHistory):
     """Tracks which tokens may come next. Obtain one from ``CompiledGrammar.matcher()``."""
 
     __slots__ = ("_rt", "_history", "_text_ok", "_eos")
@@ -51,15 +48,6 @@ class Matcher:
     def state(self) -> MatchState:
         """The current state: hashable and immutable, equal for equal futures of this grammar."""
         return self._history[-1]
-
-    def freeze(self) -> MatchState:
-        """A hashable snapshot (same as ``state``) for memoisation in samplers."""
-        return self._history[-1]
-
-    @property
-    def num_consumed(self) -> int:
-        """Tokens consumed so far (what ``rollback`` can undo)."""
-        return len(self._history) - 1
 
     def fill_mask(self, out: np.ndarray, row: int = 0) -> None:
         """Write the allowed-token bitmask into ``out[row]`` (or ``out`` when it is 1-D).
@@ -90,12 +78,6 @@ class Matcher:
             return bit_is_set(cached, token)
         return bool(self._rt.consume(state, token))
 
-    def rejection(self, token: int) -> np.ndarray | None:
-        """``None`` when ``token`` may come next; otherwise the ids of tokens rejected with it
-        (``check(token).rejected``)."""
-        result = self.check(token)
-        return None if result.allowed else result.rejected
-
     def check(self, token: int) -> TokenCheck:
         """``allows(token)``, plus what the same walk proves about other tokens.
 
@@ -111,11 +93,9 @@ class Matcher:
         state = self._history[-1]
         token = int(token)
         if token in self._eos:
-            accepting = ACCEPT in state
-            alone = np.array([token], dtype=np.int64)
-            return TokenCheck(accepting, _NO_TOKENS if accepting else alone, alone if accepting else _NO_TOKENS)
+            return TokenCheck.alone(token, ACCEPT in state)
         if not (0 <= token < self._text_ok.shape[0]) or not self._text_ok[token] or not state:
-            return TokenCheck(False, np.array([token], dtype=np.int64), _NO_TOKENS)
+            return TokenCheck.alone(token, False)
         trie = self._rt.trie
         cached = self._rt.cached_mask(state)
         path = None if cached is not None and bit_is_set(cached, token) else self._rt.dead_end(state, token)
@@ -187,31 +167,6 @@ class Matcher:
 
     # --- mutations ---------------------------------------------------------------------------
 
-    def advance(self, token: int) -> None:
-        """Consume ``token``. Raises ``TokenRejected`` (state unchanged) if it is not allowed."""
-        nxt = self._next_state(int(token))
-        if nxt is None:
-            raise TokenRejected(int(token))
-        self._history.append(nxt)
-
-    def try_advance(self, tokens: Sequence[int]) -> int:
-        """Consume the longest allowed prefix of ``tokens``; returns how many were consumed."""
-        count = 0
-        for token in tokens:
-            nxt = self._next_state(int(token))
-            if nxt is None:
-                break
-            self._history.append(nxt)
-            count += 1
-        return count
-
-    def rollback(self, n: int = 1) -> None:
-        """Undo the last ``n`` consumed tokens in O(n). Raises ``RollbackError`` if n is too large."""
-        if n < 0 or n > len(self._history) - 1:
-            raise RollbackError(f"cannot roll back {n} tokens; {len(self._history) - 1} consumed")
-        if n:
-            del self._history[-n:]
-
     def reset(self) -> None:
         """Back to the start state."""
         del self._history[1:]
@@ -237,28 +192,21 @@ class Matcher:
         return f"Matcher(consumed={self.num_consumed}, configurations={len(self._history[-1])})"
 
 
-class UnconstrainedMatcher:
+class UnconstrainedMatcher(StateHistory):
     """The matcher of unconstrained generation: every token of the vocabulary, EOS at any time.
 
     Keeps the ``TokenMatcher`` contract so that decoders and samplers run one code path with or
     without a constraint. Only padding ids (columns of the logits beyond the vocabulary) are
-    never allowed; special tokens are, as in any unconstrained sampler.
+    never allowed; special tokens are, as in any unconstrained sampler. The state is whether EOS
+    was consumed.
     """
 
-    __slots__ = ("_vocab", "_consumed", "_words", "_text_ok")
+    __slots__ = ("_vocab", "_history", "_words")
 
-    def __init__(self, vocab, _consumed: list[int] | None = None):
+    def __init__(self, vocab, _history: list[bool] | None = None):
         self._vocab = vocab
-        self._consumed: list[int] = _consumed if _consumed is not None else []
-        self._text_ok = np.ones(len(vocab), dtype=bool)
-        self._words = pack_bool(self._text_ok, vocab.logits_width)
-
-    @property
-    def num_consumed(self) -> int:
-        return len(self._consumed)
-
-    def freeze(self) -> tuple[str, bool]:
-        return ("unconstrained", self.is_terminated())
+        self._history: list[bool] = _history if _history is not None else [False]
+        self._words = pack_bool(np.ones(len(vocab), dtype=bool), vocab.logits_width)
 
     def fill_mask(self, out: np.ndarray, row: int = 0) -> None:
         target = out if out.ndim == 1 else out[row]
@@ -270,24 +218,16 @@ class UnconstrainedMatcher:
         target[:] = 0 if self.is_terminated() else self._words
 
     def allows(self, token: int) -> bool:
-        token = int(token)
-        return not self.is_terminated() and 0 <= token < self._text_ok.shape[0] and bool(self._text_ok[token])
+        return self._next_state(int(token)) is not None
 
     def check(self, token: int) -> TokenCheck:
-        alone = np.array([int(token)], dtype=np.int64)
-        if self.allows(token):
-            return TokenCheck(True, _NO_TOKENS, alone)
-        return TokenCheck(False, alone, _NO_TOKENS)
-
-    def rejection(self, token: int) -> np.ndarray | None:
-        result = self.check(token)
-        return None if result.allowed else result.rejected
+        return TokenCheck.alone(token, self.allows(token))
 
     def is_accepting(self) -> bool:
-        return not self.is_terminated()
+        return not self._history[-1]
 
     def is_terminated(self) -> bool:
-        return bool(self._consumed) and self._consumed[-1] in self._vocab.eos_token_ids
+        return self._history[-1]
 
     def forced_tokens(self, max_tokens: int = 64) -> list[int]:
         return []
@@ -295,28 +235,13 @@ class UnconstrainedMatcher:
     def shortest_completion(self) -> tuple[int, ...] | None:
         return None if self.is_terminated() else ()
 
-    def advance(self, token: int) -> None:
-        if not self.allows(token):
-            raise TokenRejected(int(token))
-        self._consumed.append(int(token))
-
-    def try_advance(self, tokens: Sequence[int]) -> int:
-        count = 0
-        for token in tokens:
-            if not self.allows(token):
-                break
-            self._consumed.append(int(token))
-            count += 1
-        return count
-
-    def rollback(self, n: int = 1) -> None:
-        if n < 0 or n > len(self._consumed):
-            raise RollbackError(f"cannot roll back {n} tokens; {len(self._consumed)} consumed")
-        if n:
-            del self._consumed[-n:]
-
     def fork(self) -> "UnconstrainedMatcher":
-        return UnconstrainedMatcher(self._vocab, list(self._consumed))
+        return UnconstrainedMatcher(self._vocab, list(self._history))
+
+    def _next_state(self, token: int) -> bool | None:
+        if self._history[-1] or not 0 <= token < len(self._vocab):
+            return None
+        return token in self._vocab.eos_token_ids
 
     def __repr__(self) -> str:
         return f"UnconstrainedMatcher(consumed={self.num_consumed})"

@@ -4,7 +4,8 @@ Small automata for languages that the JSON Schema front end must reason about be
 DFA exists: key languages of ``patternProperties``/``propertyNames`` (intersections and
 differences of patterns and names), ``pattern`` tested on concrete strings, finite pattern
 languages listed, and a product written back as a regular expression in corral's dialect.
-Built from the IR (``grammars.ir``) by a Thompson NFA and subset construction, then minimised.
+Built from the byte DFA of an IR expression (``byte_dfa.compile_regular``, the one NFA builder),
+read back one UTF-8 character at a time, then minimised.
 Past its size bounds it raises ``LimitExceeded``; callers say which keyword that was.
 """
 
@@ -14,8 +15,11 @@ from bisect import bisect_left
 from itertools import pairwise
 from typing import Any
 
-from grammars.errors import LimitExceeded, UnsupportedGrammarError
-from grammars.ir import Alt, Chars, Expr, Literal, Repeat, Seq
+import numpy as np
+
+from grammars.automata.byte_dfa import ByteDFA, compile_regular
+from grammars.errors import LimitExceeded
+from grammars.ir import Chars, Expr
 
 __all__ = ["CodePointDFA", "MAX_CP", "MAX_DFA_STATES", "MAX_REGEX_CHARS", "MAX_REGEX_STATES"]
 
@@ -65,9 +69,30 @@ class CodePointDFA:
 
     @classmethod
     def of(cls, expr: Expr) -> "CodePointDFA":
-        nfa = _NFA()
-        start, final = nfa.build(expr)
-        return nfa.determinize(start, final).minimized()
+        """The language of a regular IR expression (compiled as a byte DFA, read back per code point)."""
+        return cls.of_byte_dfa(compile_regular(expr))
+
+    @classmethod
+    def of_byte_dfa(cls, dfa: ByteDFA) -> "CodePointDFA":
+        """The same language read one code point at a time (``dfa`` accepts UTF-8 text only, as
+        every byte DFA compiled from the IR does)."""
+        if dfa.is_empty_language:
+            return cls([[]], [False])
+        decoder = _Utf8Decoder(np.asarray(dfa.table))
+        index = {dfa.start: 0}
+        order = [dfa.start]
+        trans: list[list[tuple[int, int, int]]] = []
+        for state in order:  # grows while it is read: breadth-first over character boundaries
+            row = []
+            for lo, hi, target in decoder.row(state):
+                if target not in index:
+                    if len(order) >= MAX_DFA_STATES:
+                        raise LimitExceeded("code_point_dfa_states", MAX_DFA_STATES, "pattern too large for key algebra")
+                    index[target] = len(order)
+                    order.append(target)
+                row.append((lo, hi, index[target]))
+            trans.append(_coalesce(tuple(row)))
+        return cls([list(r) for r in trans], [bool(dfa.accepting[q]) for q in order]).minimized()
 
     def matches(self, text: str) -> bool:
         state = 0
@@ -269,104 +294,75 @@ def _coalesce(row: tuple) -> tuple:
     return tuple(out)
 
 
-class _NFA:
-    def __init__(self) -> None:
-        self.eps: list[list[int]] = []
-        self.edges: list[list[tuple[tuple, int]]] = []
+#: UTF-8 forms of multi-byte code points: (lead bytes, second-byte range, further continuation
+#: bytes, payload mask of the lead). Shortest forms only, no surrogates: what byte DFAs accept.
+_UTF8_FORMS = (
+    ((0xC2, 0xDF), (0x80, 0xBF), 0, 0x1F),
+    ((0xE0, 0xE0), (0xA0, 0xBF), 1, 0x0F),
+    ((0xE1, 0xEC), (0x80, 0xBF), 1, 0x0F),
+    ((0xED, 0xED), (0x80, 0x9F), 1, 0x0F),
+    ((0xEE, 0xEF), (0x80, 0xBF), 1, 0x0F),
+    ((0xF0, 0xF0), (0x90, 0xBF), 2, 0x07),
+    ((0xF1, 0xF3), (0x80, 0xBF), 2, 0x07),
+    ((0xF4, 0xF4), (0x80, 0x8F), 2, 0x07),
+)
 
-    def new(self) -> int:
-        self.eps.append([])
-        self.edges.append([])
-        if len(self.eps) > 20 * MAX_DFA_STATES:
-            raise LimitExceeded("code_point_nfa_states", 20 * MAX_DFA_STATES, "pattern too large for key algebra")
-        return len(self.eps) - 1
 
-    def build(self, expr: Expr) -> tuple[int, int]:
-        s, e = self.new(), self.new()
-        if isinstance(expr, Chars):
-            if expr.ranges:
-                self.edges[s].append((expr.ranges, e))
-        elif isinstance(expr, Literal):
-            cur = s
-            for ch in expr.text:
-                nxt = self.new()
-                self.edges[cur].append((((ord(ch), ord(ch)),), nxt))
-                cur = nxt
-            self.eps[cur].append(e)
-        elif isinstance(expr, Seq):
-            cur = s
-            for item in expr.items:
-                a, b = self.build(item)
-                self.eps[cur].append(a)
-                cur = b
-            self.eps[cur].append(e)
-        elif isinstance(expr, Alt):
-            for item in expr.items:
-                a, b = self.build(item)
-                self.eps[s].append(a)
-                self.eps[b].append(e)
-        elif isinstance(expr, Repeat):
-            cur = s
-            for _ in range(expr.min):
-                a, b = self.build(expr.item)
-                self.eps[cur].append(a)
-                cur = b
-            if expr.max is None:
-                a, b = self.build(expr.item)
-                self.eps[cur].append(a)
-                self.eps[b].append(cur)
-            else:
-                for _ in range(expr.max - expr.min):
-                    a, b = self.build(expr.item)
-                    self.eps[cur].append(a)
-                    self.eps[cur].append(e)
-                    cur = b
-            self.eps[cur].append(e)
-        else:
-            raise UnsupportedGrammarError(f"unexpected regex node {type(expr).__name__}")
-        return s, e
+class _Utf8Decoder:
+    """Reads a byte DFA's transitions as code-point intervals, one character at a time.
 
-    def _closure(self, states) -> frozenset:
-        out = set(states)
-        stack = list(states)
-        while stack:
-            for t in self.eps[stack.pop()]:
-                if t not in out:
-                    out.add(t)
-                    stack.append(t)
-        return frozenset(out)
+    From a state at a character boundary, every valid UTF-8 sequence leads to a state; runs of
+    bytes with the same target give intervals of code points. What the continuation bytes of a
+    state spell is memoised relative to 0 and shifted into place.
+    """
 
-    def determinize(self, start: int, final: int) -> CodePointDFA:
-        first = self._closure([start])
-        index = {first: 0}
-        sets = [first]
-        trans: list = []
-        accept: list = []
-        i = 0
-        while i < len(sets):
-            current = sets[i]
-            i += 1
-            if len(sets) > MAX_DFA_STATES:
-                raise LimitExceeded("code_point_dfa_states", MAX_DFA_STATES, "pattern too large for key algebra")
-            accept.append(final in current)
-            moves = [(ranges, t) for s in current for ranges, t in self.edges[s]]
-            points = sorted({x for ranges, _ in moves for lo, hi in ranges for x in (lo, hi + 1)})
-            targets: list[set[int]] = [set() for _ in points]
-            for ranges, t in moves:
-                for lo, hi in ranges:
-                    for k in range(bisect_left(points, lo), bisect_left(points, hi + 1)):
-                        targets[k].add(t)
-            row = []
-            for k in range(len(points) - 1):
-                if not targets[k]:
-                    continue
-                nxt = self._closure(targets[k])
-                if nxt not in index:
-                    index[nxt] = len(sets)
-                    sets.append(nxt)
-                row.append((points[k], points[k + 1] - 1, index[nxt]))
-            trans.append(list(_coalesce(tuple(row))))
-        return CodePointDFA(trans, accept)
+    def __init__(self, table: np.ndarray):
+        self.table = table
+        self._tails: dict[tuple[int, int], tuple] = {}
+
+    def _runs(self, state: int, lo: int, hi: int) -> list[tuple[int, int, int]]:
+        """(first byte, last byte, target) for runs of ``lo..hi`` with one live target."""
+        row = self.table[state, lo:hi + 1]
+        cut = np.flatnonzero(np.diff(row)) + 1
+        starts = np.concatenate(([0], cut))
+        ends = np.concatenate((cut, [row.shape[0]])) - 1
+        return [(lo + int(a), lo + int(b), int(row[a])) for a, b in zip(starts, ends) if row[a] >= 0]
+
+    def _tail(self, state: int, lo: int, hi: int, rest: int) -> tuple:
+        """Code-point offsets (relative to 0) spelled by one continuation byte in ``lo..hi`` and
+        ``rest`` more, with the state they reach: ((first, last, target), ...)."""
+        key = (state, lo, hi, rest) if (lo, hi) != (0x80, 0xBF) else (state, rest)
+        hit = self._tails.get(key)
+        if hit is not None:
+            return hit
+        out: list[tuple[int, int, int]] = []
+        width = 1 << (6 * rest)
+        for first, last, target in self._runs(state, lo, hi):
+            a, b = (first & 0x3F) * width, (last & 0x3F) * width
+            if rest == 0:
+                out.append((a, b, target))
+                continue
+            below = self._tail(target, 0x80, 0xBF, rest - 1)
+            if len(below) == 1 and below[0][:2] == (0, width - 1):  # every continuation alike
+                out.append((a, b + width - 1, below[0][2]))
+                continue
+            for byte in range(first, last + 1):
+                base = (byte & 0x3F) * width
+                out.extend((base + x, base + y, t) for x, y, t in below)
+        hit = _coalesce(tuple(out))
+        self._tails[key] = hit
+        return hit
+
+    def row(self, state: int) -> tuple:
+        """Every code point read from ``state`` as ((lo, hi, target), ...), ascending."""
+        out = list(self._runs(state, 0x00, 0x7F))
+        for (lead_lo, lead_hi), (lo, hi), rest, payload in _UTF8_FORMS:
+            width = 1 << (6 * (rest + 1))
+            for first, last, middle in self._runs(state, lead_lo, lead_hi):
+                for byte in range(first, last + 1):
+                    base = (byte & payload) * width
+                    out.extend((base + x, base + y, t) for x, y, t in self._tail(middle, lo, hi, rest))
+        return _coalesce(tuple(out))
 
 
 # --- regex ASTs for state elimination: ("eps",), ("set", ranges), ("cat", items), ("alt", items), ("star", x)

@@ -8,13 +8,11 @@ the matcher's inside-walk cache), so a huge DFA costs only what is visited.
 from __future__ import annotations
 
 from collections import deque
-from typing import Sequence
 
 import numpy as np
 
 from grammars.bitmask import pack_bool
-from grammars.contract import TokenCheck
-from grammars.errors import RollbackError, TokenRejected
+from grammars.contract import StateHistory, TokenCheck
 from grammars.masks.runtime import BoundedCache
 from grammars.masks.token_walk import WalkCache
 
@@ -109,7 +107,7 @@ class TokenDFA:
         return None
 
 
-class DFAMatcher:
+class DFAMatcher(StateHistory):
     """One sequence's position in a ``TokenDFA``: the ``TokenMatcher`` contract over DFA states.
 
     What a regular constraint's decoder holds when it also runs DFA-level algorithms (DINGO's
@@ -127,13 +125,6 @@ class DFAMatcher:
         """The DFA state (``TERMINATED`` after EOS)."""
         return self._history[-1]
 
-    @property
-    def num_consumed(self) -> int:
-        return len(self._history) - 1
-
-    def freeze(self) -> int:
-        return self._history[-1]
-
     def fill_mask(self, out: np.ndarray, row: int = 0) -> None:
         state = self._history[-1]
         target = out if out.ndim == 1 else out[row]
@@ -146,17 +137,10 @@ class DFAMatcher:
         target[:] = 0 if state == TERMINATED else self.dfa.allowed_mask(state)
 
     def allows(self, token: int) -> bool:
-        return self._next(token) is not None
+        return self._next_state(int(token)) is not None
 
     def check(self, token: int) -> TokenCheck:
-        alone = np.array([int(token)], dtype=np.int64)
-        if self.allows(token):
-            return TokenCheck(True, alone[:0], alone)
-        return TokenCheck(False, alone, alone[:0])
-
-    def rejection(self, token: int) -> np.ndarray | None:
-        result = self.check(token)
-        return None if result.allowed else result.rejected
+        return TokenCheck.alone(token, self.allows(token))
 
     def is_accepting(self) -> bool:
         state = self._history[-1]
@@ -180,34 +164,11 @@ class DFAMatcher:
         state = self._history[-1]
         return None if state == TERMINATED else self.dfa.shortest_completion(state)
 
-    def advance(self, token: int) -> None:
-        nxt = self._next(token)
-        if nxt is None:
-            raise TokenRejected(int(token))
-        self._history.append(nxt)
-
-    def try_advance(self, tokens: Sequence[int]) -> int:
-        count = 0
-        for token in tokens:
-            nxt = self._next(token)
-            if nxt is None:
-                break
-            self._history.append(nxt)
-            count += 1
-        return count
-
-    def rollback(self, n: int = 1) -> None:
-        if n < 0 or n > len(self._history) - 1:
-            raise RollbackError(f"cannot roll back {n} tokens; {len(self._history) - 1} consumed")
-        if n:
-            del self._history[-n:]
-
     def fork(self) -> "DFAMatcher":
         return DFAMatcher(self.dfa, list(self._history))
 
-    def _next(self, token: int) -> int | None:
+    def _next_state(self, token: int) -> int | None:
         state = self._history[-1]
-        token = int(token)
         if state == TERMINATED:
             return None
         if token in self.dfa.eos_token_ids:

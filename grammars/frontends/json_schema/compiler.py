@@ -598,10 +598,16 @@ class SchemaCompiler:
 
     def string_schema(self, keywords: dict, where: str) -> Expr:
         """The scalars module's string expression; under ``lenient``, retried without what it rejects."""
+        return self._relaxing(keywords, lambda kept: scalars.string_schema(kept, where, self.options, narrowed=self.narrowed))
+
+    def _relaxing(self, keywords: dict, build) -> Expr:
+        """``build(keywords)``; each ``UnsupportedSchemaError`` is reported (``unsupported``: it
+        raises unless ``lenient``) and the build retried without the keyword it names (without
+        every keyword when it names none of them)."""
         keywords = dict(keywords)
         while True:
             try:
-                return scalars.string_schema(keywords, where, self.options, narrowed=self.narrowed)
+                return build(keywords)
             except UnsupportedSchemaError as exc:
                 self.unsupported(exc.keyword, exc.pointer, exc.reason)
                 if exc.keyword in keywords:
@@ -649,18 +655,7 @@ class SchemaCompiler:
 
     def _number_keywords(self, keywords: dict, where: str, integer: bool) -> Expr:
         """The scalars module's number expression; under ``lenient``, retried without what it rejects."""
-        keywords = dict(keywords)
-        while True:
-            try:
-                return scalars.number_schema(keywords, where, self.options, integer=integer)
-            except UnsupportedSchemaError as exc:
-                self.unsupported(exc.keyword, exc.pointer, exc.reason)
-                if exc.keyword in keywords:
-                    del keywords[exc.keyword]
-                elif keywords:
-                    keywords = {}
-                else:
-                    raise
+        return self._relaxing(keywords, lambda kept: scalars.number_schema(kept, where, self.options, integer=integer))
 
 
 def _with_zero_fractions(ints: Expr) -> Expr:
