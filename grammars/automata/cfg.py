@@ -1,9 +1,14 @@
 """Lower the character-level IR to a terminal-level CFG the parser runs on.
 
-Every maximal regular piece of a rule becomes one *terminal* (a byte DFA); the rest becomes
-productions over terminals and nonterminals. The lexing this implies is non-deterministic: the
-matcher tries every split of the text into terminals (no maximal munch), so the language is
-exactly the character-level one, e.g. ``ws ::= [ \\t\\n]*`` before a literal ``"\\n"`` works.
+Regular pieces of rules become *terminals* (byte DFAs); the rest becomes productions over
+terminals and nonterminals. Small regular rules are inlined into their users first
+(``INLINE_BUDGET``); a run of consecutive regular items becomes one terminal, except that a piece
+whose DFA is big (``ALONE_STATES``) stays a terminal of its own, shared by every context, and a
+bounded repetition of a big item (``REPEATED_ITEM_STATES``) is lowered as a repetition of rules
+rather than unrolled. A wholly regular grammar is one terminal (``TerminalCFG.is_single_terminal``,
+what ``as_dfa`` needs). The lexing this implies is non-deterministic: the matcher tries every split
+of the text into terminals (no maximal munch), so the language is exactly the character-level
+one, e.g. ``ws ::= [ \\t\\n]*`` before a literal ``"\\n"`` works.
 
 Normal form produced here, which the LR(0) parser relies on:
 - terminals never match the empty string (a nullable regular piece becomes an optional symbol);

@@ -7,7 +7,7 @@ complete sentence. Whenever a terminal's DFA reaches an accepting state the lexe
 there, so both continuations are kept — lexing is non-deterministic and therefore exact for
 character-level grammars.
 
-Masks (DESIGN.md §3). For a configuration ``(stack, T, s)`` the allowed tokens are
+Masks (docs/ARCHITECTURE.md, "The mask engine"). For a configuration ``(stack, T, s)`` the allowed tokens are
 - *inside*: tokens whose bytes keep T's DFA alive from s — a function of (T, s) only, cached
   and shared by every grammar of the same Compiler;
 - *boundary*: tokens that end T somewhere inside and continue in the successor configurations

@@ -1,9 +1,11 @@
-"""The vocabulary as a byte trie in flat numpy arrays, laid out for level-by-level walks.
+"""The vocabulary as a byte trie in flat numpy arrays, the structure every mask walk runs over.
 
-Nodes are numbered breadth-first with each node's children contiguous and sorted by byte, so
-"all children of these nodes" is one gather and a whole depth level is one slice. A walk through
-a byte DFA therefore costs a handful of numpy operations per level instead of a Python loop per
-token (DESIGN.md §3).
+Nodes are numbered breadth-first with each node's children contiguous and sorted by byte; each
+node also knows its parent, depth, subtree size, preorder position and the tokens that end at it,
+and non-root nodes are indexed by their entering byte. The walks themselves are numba kernels in
+``grammars.masks.token_walk`` (depth-first, preorder with jumps over dead subtrees, or one linear
+pass in node order); ``bfs_states`` here is the linear pass, shared with ``token_slices``. Built
+once per vocabulary and cached on disk (docs/ARCHITECTURE.md, "The mask engine").
 """
 
 from __future__ import annotations

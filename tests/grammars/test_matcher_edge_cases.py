@@ -1,4 +1,5 @@
-"""The traps of DESIGN.md §3 and the error contract, on small vocabularies built in the test."""
+"""The traps of the mask engine (docs/ARCHITECTURE.md, "Invariants of the mask engine") and the
+error contract, on small vocabularies built in the test."""
 
 from __future__ import annotations
 

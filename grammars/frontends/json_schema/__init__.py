@@ -1,4 +1,4 @@
-"""JSON Schema front end: a schema document to the grammar IR (DESIGN.md §4).
+"""JSON Schema front end: a schema document to the grammar IR (docs/ARCHITECTURE.md, "Front ends").
 
 ::
 
