@@ -9,7 +9,7 @@ Callers catch the narrowest class that fits; a server catches ``ConstraintError`
     │   │   └── UnsupportedSchemaError   a JSON Schema keyword, with its JSON pointer
     │   └── EmptyLanguageError       the grammar accepts no string at all
     ├── VocabularyError              a tokenizer that cannot be decoded to exact bytes
-    ├── LimitExceeded                a ``Limits`` bound (states, stacks, time) was hit
+    ├── LimitExceeded                a ``Limits`` bound (states, stacks, configurations) was hit
     └── MatchError                   misuse of a Matcher at run time
         ├── TokenRejected            ``advance`` with a token outside the mask
         ├── RollbackError            rolling back more tokens than were consumed
