@@ -9,49 +9,25 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import e2e, grammar_bench, maskbench, testsuite
-from . import samplers_bench
+from . import e2e, grammar_bench, maskbench, samplers_bench, testsuite
+
+#: (subcommand, module, one-line help); each module's docstring gives the subcommand's description
+BENCHMARKS = (
+    ("grammars", grammar_bench, "compile + mask times and correctness on GBNF grammars and regexes"),
+    ("maskbench", maskbench, "MaskBench: time to first mask, time between masks and exactness on JSON Schemas"),
+    ("testsuite", testsuite, "JSON Schema Test Suite: passed/total per keyword file and engine"),
+    ("samplers", samplers_bench,
+     "KL to the grammar-conditioned model (masked, ASAp, SMC) and AWRS checks/time per token"),
+    ("e2e", e2e, "end to end: generate with a model per MaskBench schema; coverage, compliance, TTFT/TPOT, throughput"),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with one subcommand per benchmark."""
     parser = argparse.ArgumentParser(prog="python -m jsonschemabench", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="BENCHMARK")
-    grammar_bench.add_arguments(
-        commands.add_parser(
-            "grammars",
-            help="compile + mask times and correctness on GBNF grammars and regexes",
-            description=grammar_bench.__doc__.splitlines()[0],
-        )
-    )
-    maskbench.add_arguments(
-        commands.add_parser(
-            "maskbench",
-            help="MaskBench: time to first mask, time between masks and exactness on JSON Schemas",
-            description=maskbench.__doc__.splitlines()[0],
-        )
-    )
-    testsuite.add_arguments(
-        commands.add_parser(
-            "testsuite",
-            help="JSON Schema Test Suite: passed/total per keyword file and engine",
-            description=testsuite.__doc__.splitlines()[0],
-        )
-    )
-    samplers_bench.add_arguments(
-        commands.add_parser(
-            "samplers",
-            help="KL to the grammar-conditioned model (masked, ASAp, SMC) and AWRS checks/time per token",
-            description=samplers_bench.__doc__.splitlines()[0],
-        )
-    )
-    e2e.add_arguments(
-        commands.add_parser(
-            "e2e",
-            help="end to end: generate with a model per MaskBench schema; coverage, compliance, TTFT/TPOT, throughput",
-            description=e2e.__doc__.splitlines()[0],
-        )
-    )
+    for name, module, summary in BENCHMARKS:
+        module.add_arguments(commands.add_parser(name, help=summary, description=module.__doc__.splitlines()[0]))
     return parser
 
 

@@ -24,7 +24,8 @@ Schemas run one at a time in a worker process (``maskbench.run_tasks``: a schema
 ``--timeout`` seconds is killed and recorded as ``timeout``, a dead worker as ``crash``, and the
 worker is replaced), single-threaded. Exceptions are recorded per schema (``error``), never end
 the run. Outputs (``--out``, default ``runs/e2e-<timestamp>``): ``results.jsonl`` (one line per
-schema), ``summary.json``, ``summary.md`` (also printed) and ``e2e.png``.
+schema), ``summary.json``, ``summary.md`` (also printed) and ``e2e.png`` (needs matplotlib, the
+``bench`` extra: without it the run says so and lists it under ``skipped_outputs``).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from .maskbench import (
     select_sample,
     split_of,
 )
-from . import report
+from . import outputs, report
 
 __all__ = [
     "E2EConfig",
@@ -67,6 +68,8 @@ __all__ = [
 
 PROMPT_TEMPLATE = "Schema: {schema}\nJSON: "  # engine.tiny's training prompt
 OUTCOMES = ("ok", "compile_error", "error", "timeout", "crash")
+#: what a run writes to its folder, in the order the closing line lists them
+OUTPUTS = ("results.jsonl", "summary.json", "summary.md", "e2e.png")
 
 
 @dataclass(frozen=True)
@@ -393,18 +396,17 @@ def render_markdown(summary: Mapping, title: str = "End-to-end JSONSchemaBench")
         lines.append(f"| {name} | {s['schemas']} | {s['compiled']} | {s['valid']} |")
     if summary["errors_top"]:
         lines += [""] + [f"- {count}× {head}" for head, count in summary["errors_top"].items()]
+    notes = report.skip_notes(meta)
+    if notes:
+        lines += [""] + notes
     return "\n".join(lines) + "\n"
 
 
-def plot(rows: Sequence[Mapping], path: Path) -> Path | None:
-    """Three log-scale tail plots: TPOT and TTFT (constrained vs unconstrained) and compile time."""
-    try:
-        import matplotlib
+def plot(rows: Sequence[Mapping], path: Path) -> dict[str, str]:
+    """Write three log-scale tail plots: TPOT and TTFT (constrained vs unconstrained) and compile time.
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover - matplotlib is in the bench extra
-        return None
+    Returns what ``outputs.write_plot`` returns: ``{}``, or the file and why it was not written.
+    """
     ok = [r for r in rows if r.get("outcome") == "ok"]
     series = [
         ("Time per output token (TPOT)", {side: [r[side]["tpot_s"] for r in ok if r.get(side)]
@@ -413,15 +415,19 @@ def plot(rows: Sequence[Mapping], path: Path) -> Path | None:
                                         for side in ("constrained", "unconstrained")}),
         ("Compile time", {"corral": [r["compile_s"] for r in rows if r.get("compile_s") is not None]}),
     ]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
-    for ax, (title, data) in zip(axes, series):
-        for label, values in data.items():
-            sample = 1e3 * np.asarray([v for v in values if v is not None], dtype=np.float64)
-            x, y = report._survival(sample)
-            if x.size:
-                ax.step(x, y, where="post", label=f"{label} (n={sample.size:,})")
-        report.style_survival_axis(ax, title, "ms")
-    return report.save_figure(fig, path)
+
+    def draw(plt):
+        fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+        for ax, (title, data) in zip(axes, series):
+            for label, values in data.items():
+                sample = 1e3 * np.asarray([v for v in values if v is not None], dtype=np.float64)
+                x, y = report._survival(sample)
+                if x.size:
+                    ax.step(x, y, where="post", label=f"{label} (n={sample.size:,})")
+            report.style_survival_axis(ax, title, "ms")
+        return fig
+
+    return outputs.write_plot(draw, path, "e2e")
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -429,7 +435,7 @@ def plot(rows: Sequence[Mapping], path: Path) -> Path | None:
 
 def run_e2e(files: Sequence[Path], config: E2EConfig, out_dir: Path, *, timeout_s: float = 120.0,
             progress: bool = True, meta: dict | None = None, mem_limit_bytes: int | None = None) -> dict:
-    """Generate for every file in one worker; write results.jsonl, summary.json, summary.md, e2e.png."""
+    """Generate for every file in one worker; write ``OUTPUTS`` (the plot only with matplotlib)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tasks = [Task(path.name, "jsonschemabench.e2e:E2EEngine", "jsonschemabench.e2e:run_schema",
                   {"path": str(path)}) for path in files]
@@ -458,11 +464,11 @@ def run_e2e(files: Sequence[Path], config: E2EConfig, out_dir: Path, *, timeout_
     for row in rows:  # a crash inside generate comes back from the pool as "crash" with a traceback
         if row["outcome"] == "crash" and row.get("traceback"):
             row["outcome"] = "error"
+    not_plotted = plot(rows, out_dir / "e2e.png")
     summary = summarize(rows, config)
-    summary["meta"] = dict(meta or {}) | {"timeout_s": timeout_s, "files": len(files)}
+    summary["meta"] = dict(meta or {}) | {"timeout_s": timeout_s, "files": len(files), "skipped_outputs": not_plotted}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     (out_dir / "summary.md").write_text(render_markdown(summary), encoding="utf-8")
-    plot(rows, out_dir / "e2e.png")
     return summary
 
 
@@ -492,20 +498,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the end-to-end benchmark with parsed ``args``; returns the process exit status."""
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
     if not (args.model / "config.json").is_file():
-        log(f"no model at {args.model} (train one with: python -m engine.tiny --out {args.model} ...)")
+        outputs.log(f"no model at {args.model} (train one with: python -m engine.tiny --out {args.model} ...)")
         return 2
     if args.max_tokens < 1:
-        log("--max-tokens must be at least 1")
+        outputs.log("--max-tokens must be at least 1")
         return 2
     data = args.data or default_shared("jsonschemabench", "maskbench")
     try:
         files = list_cases(data)
     except FileNotFoundError as exc:
-        log(str(exc))
+        outputs.log(str(exc))
         return 2
     splits = {s.strip() for s in args.split.split(",") if s.strip()}
     if splits:
@@ -515,7 +518,7 @@ def main(args: argparse.Namespace) -> int:
         files = [p for p in files if any(fnmatch.fnmatch(p.name, g) for g in globs)]
     files = select_sample(files, args.sample, args.seed)
     if not files:
-        log("no MaskBench files selected")
+        outputs.log("no MaskBench files selected")
         return 1
     config = E2EConfig(model=str(args.model.resolve()), max_tokens=args.max_tokens, temperature=args.temperature,
                        seed=args.seed, unconstrained=not args.no_unconstrained, whitespace=args.whitespace)
@@ -523,8 +526,6 @@ def main(args: argparse.Namespace) -> int:
     meta = {"command": " ".join(sys.argv), "data": str(data), "sample": args.sample, "split": args.split,
             "only": args.only,
             "cpu": report.cpu_name(), "started": datetime.now().isoformat(timespec="seconds")}
-    log(f"e2e: {len(files)} schemas, max_tokens {args.max_tokens}, timeout {args.timeout:g} s -> {out}")
-    run_e2e(files, config, out, timeout_s=args.timeout, progress=not args.no_progress, meta=meta)
-    print((out / "summary.md").read_text(encoding="utf-8"))
-    log(f"wrote {out}/results.jsonl, summary.json, summary.md, e2e.png")
-    return 0
+    outputs.log(f"e2e: {len(files)} schemas, max_tokens {args.max_tokens}, timeout {args.timeout:g} s -> {out}")
+    summary = run_e2e(files, config, out, timeout_s=args.timeout, progress=not args.no_progress, meta=meta)
+    return outputs.show_run(out, OUTPUTS, summary["meta"]["skipped_outputs"])

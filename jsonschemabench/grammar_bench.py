@@ -37,7 +37,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from . import report
+from . import outputs, report
 from .samples import GBNF_SAMPLES, REGEX_SAMPLES, REGEXES
 
 __all__ = [
@@ -244,10 +244,6 @@ def _importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``grammars`` subcommand's options on ``parser``."""
     parser.add_argument("--tokenizer", required=True, type=Path,
@@ -278,10 +274,10 @@ def main(args: argparse.Namespace) -> int:
     _single_thread()
     workloads = load_workloads(args.grammars or default_gbnf_dir(), [n for n in args.only.split(",") if n])
 
-    _log(f"loading tokenizer {args.tokenizer} ...")
+    outputs.log(f"loading tokenizer {args.tokenizer} ...")
     tokenizer = load_tokenizer(args.tokenizer, use_corral="corral" in names)
     for note in tokenizer.notes:
-        _log(note)
+        outputs.log(note)
     token_lists = {w.name: [tokenizer.encode(s) for s in w.samples] for w in workloads}
 
     engines = []
@@ -292,11 +288,11 @@ def main(args: argparse.Namespace) -> int:
             warm_up(engine, "regex", "a")
         except EngineUnavailable as exc:
             skipped.append(f"{name}: skipped — {exc}")
-            _log(skipped[-1])
+            outputs.log(skipped[-1])
             continue
         engines.append(engine)
     if not engines:
-        _log("no engine available")
+        outputs.log("no engine available")
         return 1
 
     results = []
@@ -306,7 +302,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         for workload in workloads:
             for engine in engines:
-                _log(f"{engine.name:<11} {workload.name} ...")
+                outputs.log(f"{engine.name:<11} {workload.name} ...")
                 try:
                     result = bench_workload(engine, workload, token_lists[workload.name],
                                             repeat=args.repeat, tokenizer=tokenizer)

@@ -32,7 +32,8 @@ space is capped (``--mem-limit``, default min(40 GiB, RAM / workers); MaskBench 
 Outputs (``--out``, default ``runs/maskbench-<timestamp>``): ``results.jsonl`` (one line per
 file × engine, written as results arrive, with every TBM sample), ``summary.json`` (per engine:
 counts per outcome, TBM/TTFM percentiles, version and options), ``summary.md`` (the MaskBench
-README table, also printed) and ``maskbench.png`` (TBM and TTFM tail distributions).
+README table, also printed) and ``maskbench.png`` (TBM and TTFM tail distributions; needs matplotlib,
+the ``bench`` extra: without it the run says so and ``summary.json`` lists it under ``skipped_outputs``).
 Percentiles follow MaskBench's ``maskbench_results.py``: the sorted sample at index
 ``int(n * p / 100)``; TTFM pools every compiled schema plus compile-time timeouts at the limit.
 """
@@ -60,7 +61,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import report
+from . import outputs, report
 
 __all__ = [
     "DEFAULT_ENGINES",
@@ -90,6 +91,8 @@ THREAD_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 MAX_FAILURE_NOTES = 3
+#: what a run writes to its folder, in the order the closing line lists them
+OUTPUTS = ("results.jsonl", "summary.json", "summary.md", "maskbench.png")
 
 
 def serialize_instance(data: Any) -> str:
@@ -542,11 +545,11 @@ def default_mem_limit_gib(workers: int) -> float:
 
 
 def _progress_bar(total: int, desc: str):
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm is in the bench extra
+    """A tqdm bar on stderr, or ``None`` (said) without tqdm."""
+    tqdm = outputs.optional_module("tqdm", desc, "progress bar")
+    if tqdm is None:
         return None
-    return tqdm(total=total, desc=desc, unit="run", dynamic_ncols=True, file=sys.stderr)
+    return tqdm.tqdm(total=total, desc=desc, unit="run", dynamic_ncols=True, file=sys.stderr)
 
 
 def run_with_progress(
@@ -610,7 +613,7 @@ def run_maskbench(
     corral_options: dict | None = None,
     resume: bool = False,
 ) -> dict:
-    """Run every file on every engine; write results.jsonl, summary.json, summary.md and the plot.
+    """Run every file on every engine; write ``OUTPUTS`` (the plot only with matplotlib).
 
     ``resume``: keep the rows an earlier, interrupted run of the same command left in
     ``out_dir/results.jsonl`` (a line cut off mid-write is dropped) and run only the (file,
@@ -654,14 +657,14 @@ def run_maskbench(
                                     timeout_s=timeout_s, progress=progress)
 
     order = [e for e in engines if e not in skipped]
+    not_plotted = report.plot_maskbench(records, order, out_dir / "maskbench.png", timeout_s=timeout_s)
     summary = report.summarize_maskbench(records, order, engine_info, timeout_s=timeout_s)
     meta = dict(meta or {})
     summary["meta"] = {**meta, "skipped": {**meta.get("skipped", {}), **skipped}, "timeout_s": timeout_s,
-                       "workers": workers, "files": len(files)}
+                       "workers": workers, "files": len(files), "skipped_outputs": not_plotted}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     table = report.maskbench_markdown(summary)
     (out_dir / "summary.md").write_text(table, encoding="utf-8")
-    report.plot_maskbench(records, order, out_dir / "maskbench.png", timeout_s=timeout_s)
     return summary
 
 
@@ -694,8 +697,8 @@ def parse_engines(text: str) -> list[str]:
     return names
 
 
-def available_engines(names: Sequence[str], log: Callable[[str], None]) -> tuple[list[str], dict[str, str]]:
-    """``names`` whose packages are importable, and a reason for each one that is not."""
+def available_engines(names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """``names`` whose packages are importable, and a reason (also said) for each one that is not."""
     from .peers import ENGINE_MODULES, engine_installed
 
     keep, skipped = [], {}
@@ -704,8 +707,20 @@ def available_engines(names: Sequence[str], log: Callable[[str], None]) -> tuple
             keep.append(name)
         else:
             skipped[name] = f"module {ENGINE_MODULES[name]!r} is not installed"
-            log(f"{name}: skipped ({skipped[name]})")
+            outputs.log(f"{name}: skipped ({skipped[name]})")
     return keep, skipped
+
+
+def start_run(args: argparse.Namespace) -> tuple[WorkerConfig, list[str], dict[str, str]]:
+    """The workers' set-up, the requested engines that are installed, and why the others are not.
+
+    Exits with status 1 when none of them is installed.
+    """
+    config = worker_config(args)
+    engines, skipped = available_engines(parse_engines(args.engines))
+    if not engines:
+        raise SystemExit("no engine available")
+    return config, engines, skipped
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, engines: Sequence[str]) -> None:
@@ -765,29 +780,21 @@ def run_meta(args: argparse.Namespace, config: WorkerConfig) -> dict:
 
 def main(args: argparse.Namespace) -> int:
     """Run MaskBench with parsed ``args``; returns the process exit status."""
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
-    config = worker_config(args)
-    engines, skipped = available_engines(parse_engines(args.engines), log)
-    if not engines:
-        log("no engine available")
-        return 1
+    config, engines, skipped = start_run(args)
     files = select_sample(list_cases(args.data or default_shared("jsonschemabench", "maskbench"), args.only),
                           args.sample, args.seed)
     if not files:
-        log("no MaskBench files selected")
+        outputs.log("no MaskBench files selected")
         return 1
     out = args.out or Path("runs") / f"maskbench-{datetime.now():%Y%m%d-%H%M%S}"
     meta = run_meta(args, config) | {"sample": args.sample, "seed": args.seed,
                                       "data": str(args.data or default_shared("jsonschemabench", "maskbench")),
                                       "skipped": skipped}
-    log(f"maskbench: {len(files)} files x {len(engines)} engines, {args.workers} workers, "
-        f"timeout {args.timeout:g} s -> {out}")
+    outputs.log(f"maskbench: {len(files)} files x {len(engines)} engines, {args.workers} workers, "
+                f"timeout {args.timeout:g} s -> {out}")
     corral_options = {"property_order": args.property_order}
     meta["corral_options"] = corral_options
-    run_maskbench(files, engines, out, config=config, workers=args.workers, timeout_s=args.timeout,
-                  progress=not args.no_progress, meta=meta, corral_options=corral_options, resume=args.resume)
-    print((out / "summary.md").read_text(encoding="utf-8"))
-    log(f"wrote {out}/results.jsonl, summary.json, summary.md, maskbench.png")
-    return 0
+    summary = run_maskbench(files, engines, out, config=config, workers=args.workers, timeout_s=args.timeout,
+                            progress=not args.no_progress, meta=meta, corral_options=corral_options,
+                            resume=args.resume)
+    return outputs.show_run(out, OUTPUTS, summary["meta"]["skipped_outputs"])

@@ -63,6 +63,8 @@ from typing import Any, Callable, Literal, Protocol
 
 import numpy as np
 
+from .outputs import BENCH_INSTALL
+
 __all__ = [
     "SourceKind",
     "EngineRefused",
@@ -266,7 +268,21 @@ def _refused(exc: BaseException) -> EngineRefused:
     return EngineRefused(_message(exc), kind=type(exc).__name__)
 
 
-class CorralEngine:
+class _PackedMaskAdapter:
+    """What every adapter does alike, so that no engine's bit check or cache policy differs by accident.
+
+    Masks are packed int32 rows, read with ``bit_is_set``; an engine without a cross-grammar
+    cache has nothing to reset.
+    """
+
+    def allowed(self, mask: np.ndarray, token: int) -> bool:
+        return bit_is_set(mask, token)
+
+    def reset_caches(self) -> None:
+        pass
+
+
+class CorralEngine(_PackedMaskAdapter):
     """corral's ``compile_gbnf``/``compile_regex``/``Compiler.compile_json_schema`` and ``Matcher``."""
 
     name = "corral"
@@ -323,9 +339,6 @@ class CorralEngine:
         handle.fill_mask(self._mask, 0)
         return self._mask
 
-    def allowed(self, mask: np.ndarray, token: int) -> bool:
-        return bit_is_set(mask, token)
-
     def advance(self, handle: Any, token: int) -> bool:
         try:
             handle.advance(token)
@@ -337,7 +350,7 @@ class CorralEngine:
         return bool(handle.is_accepting())
 
 
-class LLGuidanceEngine:
+class LLGuidanceEngine(_PackedMaskAdapter):
     """llguidance's ``LLMatcher`` over ``grammar_from`` (GBNF, regex) or ``grammar_from_json_schema``."""
 
     name = "llguidance"
@@ -348,7 +361,7 @@ class LLGuidanceEngine:
             import llguidance.hf
             import llguidance.numpy
         except ImportError as exc:
-            raise EngineUnavailable(f"llguidance is not installed ({exc}); pip install -e '.[bench]'") from exc
+            raise EngineUnavailable(f"llguidance is not installed ({exc}); {BENCH_INSTALL}") from exc
         self._llg = llguidance
         self._fill = llguidance.numpy.fill_next_token_bitmask
         self._tokenizer = llguidance.hf.from_tokenizer(tokenizer.hf)
@@ -362,9 +375,6 @@ class LLGuidanceEngine:
             "json_options": "defaults (whitespace_flexible, not lenient, no coerce_one_of)",
             "cache": "none across grammars",
         }
-
-    def reset_caches(self) -> None:
-        pass
 
     def compile(self, kind: SourceKind, source: Any) -> Any:
         try:
@@ -388,9 +398,6 @@ class LLGuidanceEngine:
         self._fill(handle, self._mask, 0)
         return self._mask
 
-    def allowed(self, mask: np.ndarray, token: int) -> bool:
-        return bit_is_set(mask, token)
-
     def advance(self, handle: Any, token: int) -> bool:
         return bool(handle.consume_token(token))
 
@@ -398,7 +405,7 @@ class LLGuidanceEngine:
         return bool(handle.is_accepting())
 
 
-class XGrammarEngine:
+class XGrammarEngine(_PackedMaskAdapter):
     """xgrammar's ``GrammarCompiler`` (one thread, no cache; schemas in compliant mode) and ``GrammarMatcher``."""
 
     name = "xgrammar"
@@ -407,7 +414,7 @@ class XGrammarEngine:
         try:
             import xgrammar
         except ImportError as exc:
-            raise EngineUnavailable(f"xgrammar is not installed ({exc}); pip install -e '.[bench]'") from exc
+            raise EngineUnavailable(f"xgrammar is not installed ({exc}); {BENCH_INSTALL}") from exc
         self._xgr = xgrammar
         info = xgrammar.TokenizerInfo.from_huggingface(tokenizer.hf)
         self._compiler = xgrammar.GrammarCompiler(info, max_threads=1, cache_enabled=False)
@@ -422,9 +429,6 @@ class XGrammarEngine:
             "strict_mode": False,
             "cache": "disabled (cache_enabled=False)",
         }
-
-    def reset_caches(self) -> None:
-        pass
 
     def compile(self, kind: SourceKind, source: Any) -> Any:
         try:
@@ -443,9 +447,6 @@ class XGrammarEngine:
         handle.fill_next_token_bitmask(self._mask_tensor, 0)
         return self._mask
 
-    def allowed(self, mask: np.ndarray, token: int) -> bool:
-        return bit_is_set(mask, token)
-
     def advance(self, handle: Any, token: int) -> bool:
         return bool(handle.accept_token(token))
 
@@ -453,7 +454,7 @@ class XGrammarEngine:
         return bool(handle.is_completed())
 
 
-class OutlinesEngine:
+class OutlinesEngine(_PackedMaskAdapter):
     """outlines-core: regex (or schema → regex) → ``Index`` (token DFA) → ``Guide``; no grammars."""
 
     name = "outlines"
@@ -464,7 +465,7 @@ class OutlinesEngine:
             from outlines_core.json_schema import build_regex_from_schema
             from outlines_core.kernels.numpy import allocate_token_bitmask, fill_next_token_bitmask
         except ImportError as exc:
-            raise EngineUnavailable(f"outlines-core is not installed ({exc}); pip install -e '.[bench]'") from exc
+            raise EngineUnavailable(f"outlines-core is not installed ({exc}); {BENCH_INSTALL}") from exc
         eos = tokenizer.hf.eos_token_id
         if eos is None:
             raise EngineUnavailable("outlines-core needs an EOS token id")
@@ -490,9 +491,6 @@ class OutlinesEngine:
             "cache": "none across grammars",
         }
 
-    def reset_caches(self) -> None:
-        pass
-
     def compile(self, kind: SourceKind, source: Any) -> Any:
         if kind == "gbnf":
             raise EngineRefused("outlines-core takes regular expressions and JSON Schemas, not grammars",
@@ -509,9 +507,6 @@ class OutlinesEngine:
     def fill_mask(self, handle: Any) -> np.ndarray:
         self._fill(handle, self._mask)
         return self._mask
-
-    def allowed(self, mask: np.ndarray, token: int) -> bool:
-        return bit_is_set(mask, token)
 
     def advance(self, handle: Any, token: int) -> bool:
         try:

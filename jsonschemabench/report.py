@@ -2,7 +2,8 @@
 
 Percentiles follow MaskBench's ``maskbench_results.py``: the sample sorted ascending, ``pN`` is
 the element at index ``min(n - 1, int(n * N / 100))`` (no interpolation), ``max`` the last one
-and ``avg`` the mean. Plots use matplotlib's Agg backend and are written as PNG.
+and ``avg`` the mean. Plots are written as PNG through ``outputs.write_plot`` (matplotlib, the
+``bench`` extra; without it the run says so and records the plot as not written).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from . import outputs
+
 __all__ = [
     "PERCENTILES",
     "PERCENTILE_KEYS",
@@ -21,8 +24,8 @@ __all__ = [
     "maskbench_markdown",
     "plot_maskbench",
     "style_survival_axis",
+    "skip_notes",
     "cpu_name",
-    "save_figure",
     "summarize_testsuite",
     "testsuite_markdown",
     "format_us",
@@ -163,8 +166,7 @@ def maskbench_markdown(summary: Mapping, title: str = "MaskBench") -> str:
         options = engines[name].get("options") or {}
         if options.get("call"):
             notes.append(f"- {name} {engines[name]['version']}: `{_md_escape(str(options['call']))}`")
-    skipped = meta.get("skipped") or {}
-    notes += [f"- {name}: skipped ({_md_escape(reason)})" for name, reason in skipped.items()]
+    notes += skip_notes(meta)
     if notes:
         lines += ["", *notes]
     return "\n".join(lines) + "\n"
@@ -183,28 +185,28 @@ def _survival(values: np.ndarray, points: int = 400) -> tuple[np.ndarray, np.nda
     return grid, above
 
 
-def plot_maskbench(records: Sequence[Mapping], engines: Sequence[str], path: Path, *, timeout_s: float) -> Path | None:
-    """Two log-log panels: the fraction of masks (TBM) and of schemas (TTFM) slower than t, per engine."""
-    try:
-        import matplotlib
+def plot_maskbench(records: Sequence[Mapping], engines: Sequence[str], path: Path, *,
+                   timeout_s: float) -> dict[str, str]:
+    """Write ``path``: per engine, the fraction of masks (TBM) and of schemas (TTFM) slower than t.
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover - matplotlib is in the bench extra
-        return None
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
-    for name in engines:
-        rows = [r for r in records if r["engine"] == name]
-        tbm = _tbm_samples(rows)
-        ttfm = np.asarray(_ttfm_samples(rows, timeout_s), dtype=np.float64)
-        for ax, values in ((axes[0], tbm), (axes[1], ttfm)):
-            x, y = _survival(values)
-            if x.size:
-                ax.step(x, y, where="post", label=f"{name} (n={values.size:,})")
-    titles = ("Time between masks (TBM)", "Time to first mask (TTFM, compile + 1st mask)")
-    for ax, title in zip(axes, titles):
-        style_survival_axis(ax, title, "µs")
-    return save_figure(fig, path)
+    Returns what ``outputs.write_plot`` returns: ``{}``, or the file and why it was not written.
+    """
+    def draw(plt):
+        fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+        for name in engines:
+            rows = [r for r in records if r["engine"] == name]
+            tbm = _tbm_samples(rows)
+            ttfm = np.asarray(_ttfm_samples(rows, timeout_s), dtype=np.float64)
+            for ax, values in ((axes[0], tbm), (axes[1], ttfm)):
+                x, y = _survival(values)
+                if x.size:
+                    ax.step(x, y, where="post", label=f"{name} (n={values.size:,})")
+        titles = ("Time between masks (TBM)", "Time to first mask (TTFM, compile + 1st mask)")
+        for ax, title in zip(axes, titles):
+            style_survival_axis(ax, title, "µs")
+        return fig
+
+    return outputs.write_plot(draw, path, "maskbench")
 
 
 def style_survival_axis(ax, title: str, unit: str) -> None:
@@ -219,15 +221,12 @@ def style_survival_axis(ax, title: str, unit: str) -> None:
         ax.legend(fontsize=8)
 
 
-def save_figure(fig, path: Path) -> Path:
-    """Lay out, write as PNG (creating the folder) and close ``fig``."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+def skip_notes(meta: Mapping) -> list[str]:
+    """Markdown lines for the engines a run skipped and the outputs it did not write, with why."""
+    engines = meta.get("skipped") or {}
+    files = meta.get("skipped_outputs") or {}
+    return ([f"- {name}: skipped ({_md_escape(reason)})" for name, reason in engines.items()]
+            + [f"- {name}: not written ({_md_escape(reason)})" for name, reason in files.items()])
 
 
 def summarize_testsuite(rows: Sequence[Mapping], engines: Sequence[str], engine_info: Mapping[str, Mapping]) -> dict:
@@ -299,8 +298,7 @@ def testsuite_markdown(summary: Mapping, title: str = "JSON Schema Test Suite") 
                       f"timeouts {t['timeout_groups']}, crashes {t['crash_groups']}; in compiled groups "
                       f"{t['valid_rejected']} valid instances rejected, {t['invalid_accepted']} invalid accepted; "
                       f"accepting flag and EOS-in-mask disagree on {t['accept_disagree']}")
-    skipped = meta.get("skipped") or {}
-    detail += [f"- {name}: skipped ({_md_escape(reason)})" for name, reason in skipped.items()]
+    detail += skip_notes(meta)
     return "\n".join(lines + [""] + detail) + "\n"
 
 

@@ -41,7 +41,8 @@ per-prefix callable; Part 1 then compiles its grammars against that vocabulary (
 over a real tokenizer's token language can be large; keep the grammars tiny).
 
 Writes ``samplers.md`` (tables), ``samplers.json`` (raw numbers) and ``samplers_kl.png`` (needs
-matplotlib, the ``bench`` extra) to ``--out`` (default ``bench-results/samplers``, git-ignored).
+matplotlib, the ``bench`` extra: without it the run says so and lists it under ``skipped_outputs``)
+to ``--out`` (default ``bench-results/samplers``, git-ignored).
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ import json
 import math
 import os
 import statistics
-import sys
 import time
 import zlib
 from dataclasses import dataclass, field, replace
@@ -78,6 +78,8 @@ from samplers.masked import masked_distribution
 
 from engine.tiny import PROMPT_TEMPLATE
 
+from . import outputs
+from .report import skip_notes
 from .samples import GBNF_SAMPLES
 
 __all__ = ["GadTask", "GAD_TASKS", "MODEL_TASKS", "AgreementLM", "PromptedLM", "load_model", "run_quality", "run_cost",
@@ -675,6 +677,7 @@ def render_markdown(quality: list[dict], cost: list[dict], meta: dict) -> str:
                       "(target ≤ 3).", ""]
     if model_cost:
         lines += _model_cost_lines(model_cost, meta)
+    lines += skip_notes(meta)
     return "\n".join(lines)
 
 
@@ -716,37 +719,34 @@ def _model_cost_lines(rows: list[dict], meta: dict) -> list[str]:
     return lines
 
 
-def plot(quality: list[dict], path: Path, log=print) -> bool:
-    try:
-        import matplotlib
+def plot(quality: list[dict], path: Path) -> dict[str, str]:
+    """Write KL(· || Q) against the sample budget, one panel per task and one line per method.
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("[plot] matplotlib not installed (pip install -e '.[bench]'): no PNG written")
-        return False
+    Returns what ``outputs.write_plot`` returns: ``{}``, or the file and why it was not written.
+    """
     tasks = list(dict.fromkeys(r["task"] for r in quality))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2), squeeze=False)
     styles = {"masked (exact GCD)": ("k", "--"), "masked (empirical)": ("k", ":"),
               "asap (exact proposal)": ("tab:blue", "-"), "asap (empirical)": ("tab:blue", ":"),
               "smc (AWRS, n particles)": ("tab:red", "-")}
-    for ax, task in zip(axes[0], tasks):
-        for method, (color, style) in styles.items():
-            rows = sorted((r for r in quality if r["task"] == task and r["method"] == method), key=lambda r: r["n"])
-            xs = [r["n"] for r in rows]
-            ys = [max(r["kl"], 1e-5) for r in rows]
-            ax.plot(xs, ys, color=color, linestyle=style, marker="o", markersize=3, label=method)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("samples (SMC: particles)")
-        ax.set_ylabel("KL(· || Q) [nats]")
-        ax.set_title(task)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+
+    def draw(plt):
+        fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2), squeeze=False)
+        for ax, task in zip(axes[0], tasks):
+            for method, (color, style) in styles.items():
+                rows = sorted((r for r in quality if r["task"] == task and r["method"] == method),
+                              key=lambda r: r["n"])
+                ax.plot([r["n"] for r in rows], [max(r["kl"], 1e-5) for r in rows], color=color, linestyle=style,
+                        marker="o", markersize=3, label=method)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("samples (SMC: particles)")
+            ax.set_ylabel("KL(· || Q) [nats]")
+            ax.set_title(task)
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0][0].legend(fontsize=8)
+        return fig
+
+    return outputs.write_plot(draw, path, "samplers")
 
 
 # --- command line ------------------------------------------------------------------------------
@@ -782,31 +782,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the sampler benchmark with parsed ``args``; returns the process exit status."""
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
     torch.set_num_threads(1)
     budgets = (10, 30, 100) if args.quick else (10, 30, 100, 300, 1000)
     model = load_model(args.model) if args.model is not None else None
     quality = [] if args.skip_quality else run_quality(
-        budgets, 3 if args.quick else 5, _load_factory(args.lm) if args.lm else None, log, model=model)
+        budgets, 3 if args.quick else 5, _load_factory(args.lm) if args.lm else None, outputs.log, model=model)
     cost: list[dict] = []
     if not args.skip_cost and model is not None:
         vocab, lm = model
         cost = run_cost_model(vocab, lm, schemas=args.schemas or (2 if args.quick else 12),
-                              max_tokens=args.max_tokens or (48 if args.quick else 128), log=log)
+                              max_tokens=args.max_tokens or (48 if args.quick else 128), log=outputs.log)
     elif not args.skip_cost:
         path = args.tokenizer
         if path is None:
             shared = Path(os.environ.get("CORRAL_SHARED_DIR", Path("..") / "shared"))
             path = shared / "vocab" / "ggml-vocab-llama-bpe.gguf"
         if not Path(path).exists():
-            log(f"[cost] vocabulary {path} not found: Part 2 skipped (pass --tokenizer)")
+            outputs.log(f"[cost] vocabulary {path} not found: Part 2 skipped (pass --tokenizer)")
         else:
             vocab = TokenVocabulary.from_pretrained(path)
             cost = run_cost(vocab, (0.99, 0.9, 0.5, None), docs=1 if args.quick else 3,
                             max_tokens=args.max_tokens or (24 if args.quick else 64),
-                            schemas=0 if args.quick else (args.schemas or 2), log=log)
+                            schemas=0 if args.quick else (args.schemas or 2), log=outputs.log)
     import platform
 
     meta = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
@@ -815,11 +812,11 @@ def main(args: argparse.Namespace) -> int:
     if model is not None:
         meta["model"] = model[1].name
     args.out.mkdir(parents=True, exist_ok=True)
-    report = render_markdown(quality, cost, meta)
-    (args.out / "samplers.md").write_text(report)
+    if quality:
+        meta["skipped_outputs"] = plot(quality, args.out / "samplers_kl.png")
+    table = render_markdown(quality, cost, meta)
+    (args.out / "samplers.md").write_text(table)
     (args.out / "samplers.json").write_text(json.dumps({"meta": meta, "quality": quality, "cost": cost}, indent=1,
                                                        default=float))
-    if quality:
-        plot(quality, args.out / "samplers_kl.png", log)
-    print(report)
+    print(table)
     return 0

@@ -50,22 +50,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from . import outputs
 from .maskbench import (
     Task,
     WorkerConfig,
     add_common_arguments,
-    available_engines,
     default_shared,
-    parse_engines,
     run_meta,
     run_with_progress,
+    start_run,
     walk_instance,
-    worker_config,
 )
 
 __all__ = ["DEFAULT_ENGINES", "list_keyword_files", "load_groups", "run_group", "run_testsuite",
@@ -232,32 +230,23 @@ def main(args: argparse.Namespace) -> int:
     """Run the Test Suite with parsed ``args``; returns the process exit status."""
     import fnmatch
 
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
-    config = worker_config(args)
-    engines, skipped = available_engines(parse_engines(args.engines), log)
-    if not engines:
-        log("no engine available")
-        return 1
+    config, engines, skipped = start_run(args)
     suite = args.suite or default_shared("json-schema-test-suite", "tests", "draft2020-12")
     files = [p for p in list_keyword_files(suite) if not args.only or fnmatch.fnmatch(p.name, args.only)]
     if not files:
-        log("no keyword files selected")
+        outputs.log("no keyword files selected")
         return 1
     out = args.out or Path("runs") / f"testsuite-{datetime.now():%Y%m%d-%H%M%S}"
     meta = run_meta(args, config) | {"suite": str(suite), "skipped": skipped}
-    log(f"testsuite: {len(files)} keyword files x {len(engines)} engines, {args.workers} workers -> {out}")
+    outputs.log(f"testsuite: {len(files)} keyword files x {len(engines)} engines, {args.workers} workers -> {out}")
     remotes = args.remotes or suite.resolve().parent.parent / "remotes"
     corral_options: dict = {"format_assertion": bool(args.format_assertion), "property_order": args.property_order,
                             "max_combinations": args.max_combinations}
     if remotes.is_dir():
         corral_options["remotes"] = str(remotes)
     else:
-        log(f"no remotes folder at {remotes}: remote $refs stay unresolved")
+        outputs.log(f"no remotes folder at {remotes}: remote $refs stay unresolved")
     run_testsuite(files, engines, out, config=config, workers=args.workers, timeout_s=args.timeout,
                   separators=args.separators, progress=not args.no_progress, meta=meta,
                   corral_options=corral_options)
-    print((out / "summary.md").read_text(encoding="utf-8"))
-    log(f"wrote {out}/results.jsonl, summary.json, summary.md")
-    return 0
+    return outputs.show_run(out, ("results.jsonl", "summary.json", "summary.md"))

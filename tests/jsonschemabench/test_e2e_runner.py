@@ -10,11 +10,12 @@ the constraint's doing. Tests that need ``../shared`` skip without it.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from jsonschemabench import e2e
+from jsonschemabench import e2e, outputs
 from jsonschemabench.__main__ import build_parser
 from shared_data import vocab_file
 
@@ -146,7 +147,8 @@ def test_summary_arithmetic():
     assert "**0.900**" in table and "| B | 3 | 2 | 0 |" in table
 
 
-def test_worker_run_writes_outputs_and_enforces_the_time_limit(model_dir, data_dir, tmp_path):
+def test_worker_run_writes_outputs_and_enforces_the_time_limit(model_dir, data_dir, tmp_path, matplotlib_present,
+                                                               monkeypatch, capsys):
     files = sorted(data_dir.glob("*.json"))
     config = e2e.E2EConfig(model=str(model_dir), max_tokens=24, temperature=1.0)
     summary = e2e.run_e2e(files, config, tmp_path / "run", progress=False, timeout_s=120)
@@ -156,11 +158,16 @@ def test_worker_run_writes_outputs_and_enforces_the_time_limit(model_dir, data_d
     assert summary["compliance"] == 1.0 and summary["truncated"] == 0
     assert (tmp_path / "run" / "summary.md").read_text().startswith("### End-to-end JSONSchemaBench")
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["schemas"] == 4
-    pytest.importorskip("matplotlib")
-    assert (tmp_path / "run" / "e2e.png").stat().st_size > 0
+    assert (tmp_path / "run" / "e2e.png").read_bytes().startswith(b"\x89PNG")
+    assert summary["meta"]["skipped_outputs"] == {}
 
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # the second run, without matplotlib, says so
     timed = e2e.run_e2e(files[:1], config, tmp_path / "timed", progress=False, timeout_s=0.001)
     assert timed["outcomes"]["timeout"] == 1
+    reason = outputs.not_installed("matplotlib")
+    assert f"e2e: plot skipped: {reason}" in capsys.readouterr().err
+    assert not (tmp_path / "timed" / "e2e.png").exists() and timed["meta"]["skipped_outputs"] == {"e2e.png": reason}
+    assert f"- e2e.png: not written ({reason})" in (tmp_path / "timed" / "summary.md").read_text()
 
 
 def test_command_line(tmp_path, data_dir, model_dir, capsys):

@@ -4,24 +4,20 @@ Fake engines over a byte tokenizer (token id = byte value, EOS = 256) run on tin
 MaskBench files, in-process (``run_case``) and through the worker pool (``run_maskbench``):
 accept-everything (invalidation errors), reject-everything (validation errors), refuse at
 compile (compile errors), an exact enum engine (passes), and traps that sleep (timeout), exit
-or segfault (crash) or raise mid-walk (crash). The fakes live in this module so the spawned
-workers can import them by name. A smoke test runs corral and llguidance on two real files
+or segfault (crash) or raise mid-walk (crash); they live in ``fake_engines``, where the spawned
+workers import them by name. The plot is written with matplotlib and, without it, said to be
+skipped and recorded in the summary. A smoke test runs corral and llguidance on two real files
 when ``../shared`` is present.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import sys
-import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from jsonschemabench import report
+from jsonschemabench import outputs, report
 from jsonschemabench.maskbench import (
     OUTCOMES,
     Task,
@@ -34,140 +30,13 @@ from jsonschemabench.maskbench import (
     serialize_instance,
     split_of,
 )
-from jsonschemabench.peers import EngineRefused, EngineUnavailable
-
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # spawned workers import the fakes from this module by name
-    sys.path.insert(0, str(HERE))
-MODULE = __name__
-
-REPO_ROOT = HERE.parent.parent
-SHARED_DIR = Path(os.environ.get("CORRAL_SHARED_DIR", REPO_ROOT.parent / "shared"))
-
-EOS = 256
-WIDTH = 257
-
-
-# --- fakes -------------------------------------------------------------------------------------
-
-
-class ByteTokenizer:
-    """Token id = UTF-8 byte; no ``vocab`` (failure notes print ids)."""
-
-    vocab = None
-
-    @staticmethod
-    def encode(text: str) -> list[int]:
-        return list(text.encode("utf-8"))
-
-
-def byte_tokenizer(_arg=None) -> ByteTokenizer:
-    return ByteTokenizer()
-
-
-def _mask(bits) -> np.ndarray:
-    mask = np.zeros((1, (WIDTH + 31) // 32), dtype=np.int32)
-    flat = mask.view(np.uint32).reshape(-1)
-    for bit in bits:
-        flat[bit >> 5] |= np.uint32(1 << (bit & 31))
-    return mask
-
-
-class FakeEngine:
-    name = "fake"
-    version = "0"
-    eos_token_ids = (EOS,)
-
-    def __init__(self, tokenizer):
-        self.options = {"call": f"{type(self).__name__}()"}
-
-    def reset_caches(self):
-        pass
-
-    def compile(self, kind, schema):
-        assert kind == "json_schema", kind
-        return schema
-
-    def matcher(self, handle):
-        return [handle, b""]
-
-    def allowed(self, mask, token):
-        return bool((int(mask.reshape(-1)[token >> 5]) >> (token & 31)) & 1)
-
-    def advance(self, m, token):
-        m[1] += bytes([token])
-        return True
-
-    def is_accepting(self, m):
-        return True
-
-
-class AcceptAll(FakeEngine):
-    name = "accept_all"
-    _all = _mask(range(WIDTH))
-
-    def fill_mask(self, m):
-        return self._all
-
-
-class RejectAll(FakeEngine):
-    name = "reject_all"
-    _none = _mask(())
-
-    def fill_mask(self, m):
-        return self._none
-
-    def is_accepting(self, m):
-        return False
-
-
-class RefuseAll(AcceptAll):
-    name = "refuse_all"
-
-    def compile(self, kind, schema):
-        raise EngineRefused("refused on purpose", kind="FakeError", keyword="enum", pointer="#/enum")
-
-
-class ExactEnum(FakeEngine):
-    """Exact for ``{"enum": [...]}`` (refuses anything else); traps on ``"x-trap"``."""
-
-    name = "exact"
-
-    def compile(self, kind, schema):
-        trap = schema.get("x-trap") if isinstance(schema, dict) else None
-        if trap == "sleep":
-            time.sleep(60)
-        elif trap == "exit":
-            os._exit(3)
-        elif trap == "segv":
-            os.kill(os.getpid(), signal.SIGSEGV)
-        if not isinstance(schema, dict) or "enum" not in schema:
-            raise EngineRefused("only enum schemas", kind="FakeError")
-        values = [serialize_instance(v).encode() for v in schema["enum"]]
-        return {"values": values, "raise": trap == "raise"}
-
-    def fill_mask(self, m):
-        handle, prefix = m
-        bits = {v[len(prefix)] for v in handle["values"] if v.startswith(prefix) and len(v) > len(prefix)}
-        if prefix in handle["values"]:
-            bits.add(EOS)
-        return _mask(bits)
-
-    def advance(self, m, token):
-        if m[0]["raise"]:
-            raise RuntimeError("engine bug in advance")
-        return super().advance(m, token)
-
-    def is_accepting(self, m):
-        return m[1] in m[0]["values"]
+from jsonschemabench.peers import EngineUnavailable
+from fake_engines import AcceptAll, ByteTokenizer, ExactEnum, RefuseAll, RejectAll, spec
+from shared_data import SHARED_DIR
 
 
 def missing_engine(tokenizer):
     raise EngineUnavailable("not installed here")
-
-
-def spec(name: str) -> str:
-    return f"{MODULE}:{name}"
 
 
 # --- synthetic MaskBench files -------------------------------------------------------------------
@@ -222,7 +91,7 @@ def no_progress(_data):
     pass
 
 
-# --- pure helpers ------------------------------------------------------------------------------
+# --- pure functions ----------------------------------------------------------------------------
 
 
 def test_percentiles_follow_maskbench_index_rule():
@@ -310,18 +179,17 @@ def test_failure_notes_name_the_test(tmp_path):
 # --- the whole runner, through worker processes ---------------------------------------------------
 
 
-def test_runner_classifies_isolates_and_writes_outputs(tmp_path):
+def test_runner_classifies_isolates_and_writes_outputs(tmp_path, byte_workers, matplotlib_present):
     files = write_cases(tmp_path / "data", {**CASES, **TRAPS})
-    engines = [spec("AcceptAll"), spec("RejectAll"), spec("RefuseAll"), spec("ExactEnum"), spec("missing_engine")]
-    names = {spec("AcceptAll"): "accept_all", spec("RejectAll"): "reject_all", spec("RefuseAll"): "refuse_all",
-             spec("ExactEnum"): "exact"}
-    config = WorkerConfig(tokenizer_loader=spec("byte_tokenizer"))
+    engines = [spec(AcceptAll), spec(RejectAll), spec(RefuseAll), spec(ExactEnum), spec(missing_engine)]
+    names = {spec(AcceptAll): "accept_all", spec(RejectAll): "reject_all", spec(RefuseAll): "refuse_all",
+             spec(ExactEnum): "exact"}
     out = tmp_path / "out"
-    summary = run_maskbench(files, engines, out, config=config, workers=2, timeout_s=3.0, progress=False,
+    summary = run_maskbench(files, engines, out, config=byte_workers, workers=2, timeout_s=3.0, progress=False,
                             meta={"tokenizer": "bytes"})
 
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text(encoding="utf-8").splitlines()]
-    available = [e for e in engines if e != spec("missing_engine")]
+    available = [e for e in engines if e != spec(missing_engine)]
     assert len(rows) == len(files) * len(available)
     assert {(r["file"], r["engine"]) for r in rows} == {(p.name, e) for p in files for e in available}
     for row in rows:
@@ -341,7 +209,7 @@ def test_runner_classifies_isolates_and_writes_outputs(tmp_path):
     # summary.json: schema and consistency with the rows
     stored = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert stored["order"] == available == summary["order"]
-    assert stored["meta"]["skipped"] == {spec("missing_engine"): "not installed here"}
+    assert stored["meta"]["skipped"] == {spec(missing_engine): "not installed here"}
     for engine in available:
         entry = stored["engines"][engine]
         mine = [r for r in rows if r["engine"] == engine]
@@ -355,41 +223,58 @@ def test_runner_classifies_isolates_and_writes_outputs(tmp_path):
         assert entry["passing"] == sum(r["outcome"] == "pass" for r in mine)
         assert entry["masks"] == sum(len(r.get("tbm_us") or ()) for r in mine)
         assert entry["options"]["call"].endswith("()") and entry["version"] == "0"
-    exact = stored["engines"][spec("ExactEnum")]
+    exact = stored["engines"][spec(ExactEnum)]
     assert (exact["timeout"], exact["crash"], exact["compile_error"]) == (1, 3, 1)
     # the compile-time timeout counts at the limit in TTFM; the mid-walk crash keeps its TTFM
     assert exact["ttfm_us"]["max"] == pytest.approx(3.0e6)
-    assert stored["engines"][spec("RefuseAll")]["compile_error_keywords"] == {"enum": len(files)}
-    assert stored["engines"][spec("RefuseAll")]["tbm_us"]["avg"] is None
+    assert stored["engines"][spec(RefuseAll)]["compile_error_keywords"] == {"enum": len(files)}
+    assert stored["engines"][spec(RefuseAll)]["tbm_us"]["avg"] is None
 
     table = (out / "summary.md").read_text(encoding="utf-8")
     assert "| TBM p99.9 |" in table and "| invalidation error (invalid instance accepted) |" in table
     assert "skipped (not installed here)" in table
-    png = (out / "maskbench.png").read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "maskbench.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert stored["meta"]["skipped_outputs"] == {} and "not written" not in table
 
 
-def test_resume_keeps_finished_rows_and_runs_the_rest(tmp_path):
-    files = write_cases(tmp_path / "data", CASES)
-    engines = [spec("AcceptAll"), spec("RejectAll")]
-    config = WorkerConfig(tokenizer_loader=spec("byte_tokenizer"))
+def test_runner_without_matplotlib_says_and_records_the_skipped_plot(tmp_path, byte_workers, matplotlib_missing,
+                                                                     capsys):
+    files = write_cases(tmp_path / "data", {"Synth_1.json": CASES["Synth_1.json"]})
     out = tmp_path / "out"
-    run_maskbench(files, engines, out, config=config, workers=1, timeout_s=5.0, progress=False)
+    summary = run_maskbench(files, [spec(AcceptAll)], out, config=byte_workers, workers=1, timeout_s=30.0,
+                            progress=False)
+    reason = outputs.not_installed("matplotlib")
+    assert reason == 'matplotlib is not installed (pip install -e ".[bench]")'
+    assert f"maskbench: plot skipped: {reason}" in capsys.readouterr().err
+    assert not (out / "maskbench.png").exists()
+    assert summary["meta"]["skipped_outputs"] == {"maskbench.png": reason}
+    assert json.loads((out / "summary.json").read_text(encoding="utf-8"))["meta"] == summary["meta"]
+    assert f"- maskbench.png: not written ({reason})" in (out / "summary.md").read_text(encoding="utf-8")
+    assert summary["engines"][spec(AcceptAll)]["schemas"] == 1  # the run itself is whole
+
+
+def test_resume_keeps_finished_rows_and_runs_the_rest(tmp_path, byte_workers):
+    files = write_cases(tmp_path / "data", CASES)
+    engines = [spec(AcceptAll), spec(RejectAll)]
+    out = tmp_path / "out"
+    run_maskbench(files, engines, out, config=byte_workers, workers=1, timeout_s=5.0, progress=False)
     lines = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
     first = json.loads(lines[0])
     first["marker"] = "kept"  # not what a re-run would write
     interrupted = [json.dumps(first)] + lines[1:2] + [lines[2][: len(lines[2]) // 2]]  # a line cut mid-write
     (out / "results.jsonl").write_text("\n".join(interrupted), encoding="utf-8")
 
-    summary = run_maskbench(files, engines, out, config=config, workers=1, timeout_s=5.0, progress=False, resume=True)
+    summary = run_maskbench(files, engines, out, config=byte_workers, workers=1, timeout_s=5.0, progress=False,
+                            resume=True)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text(encoding="utf-8").splitlines()]
     keys = [(r["file"], r["engine"]) for r in rows]
     assert sorted(keys) == sorted((p.name, e) for p in files for e in engines)  # each pair once
     assert [r for r in rows if r.get("marker") == "kept"] == [first]
-    assert summary["engines"][spec("AcceptAll")]["schemas"] == len(files)
-    again = run_maskbench(files, engines, out, config=config, workers=1, timeout_s=5.0, progress=False, resume=True)
-    assert again["engines"][spec("RejectAll")]["schemas"] == len(files)  # nothing left to run...
-    assert again["engines"][spec("RejectAll")]["version"] == "0"  # ...and the versions come from engines.json
+    assert summary["engines"][spec(AcceptAll)]["schemas"] == len(files)
+    again = run_maskbench(files, engines, out, config=byte_workers, workers=1, timeout_s=5.0, progress=False,
+                          resume=True)
+    assert again["engines"][spec(RejectAll)]["schemas"] == len(files)  # nothing left to run...
+    assert again["engines"][spec(RejectAll)]["version"] == "0"  # ...and the versions come from engines.json
 
 
 def report_heap_state(engine, tokenizer, payload, progress):
@@ -400,13 +285,13 @@ def report_heap_state(engine, tokenizer, payload, progress):
             "engine_frozen": gc.is_tracked(engine) and all(obj is not engine for obj in gc.get_objects())}
 
 
-def test_worker_set_up_state_is_out_of_the_collectors_reach(tmp_path):
+def test_worker_set_up_state_is_out_of_the_collectors_reach(byte_workers):
     """Every task begins with ``gc.collect()``: the tokenizer and engines must be frozen, or each
     collection walks their whole heap (most of a full run's wall time, untimed)."""
     records = []
-    tasks = [Task(key=i, engine=spec("AcceptAll"), function=spec("report_heap_state"), payload=None)
+    tasks = [Task(key=i, engine=spec(AcceptAll), function=spec(report_heap_state), payload=None)
              for i in range(2)]
-    run_tasks(tasks, WorkerConfig(tokenizer_loader=spec("byte_tokenizer")),
+    run_tasks(tasks, byte_workers,
               lambda task, record, info: records.append(record), workers=1, timeout_s=30.0)
     assert len(records) == 2
     for record in records:
