@@ -7,7 +7,8 @@
     result.value, result.finish_reason
 
 * ``generate`` / ``generate_batch`` — prompt + constraint (``schema=``, ``regex=``, ``grammar=``)
-  + model -> ``GenerationResult`` (text, token ids, parsed value, finish reason, timings).
+  + model -> ``GenerationResult`` (text, token ids, parsed value, finish reason, timings); every
+  setting is a field of ``GenerationOptions``, passed by name or as ``options=``.
 * ``LanguageModel`` — the two-member seam decoders need (``logits_width``, ``next_logits``);
   ``HFCausalLM`` adapts any transformers causal LM (KV cache reuse, crop on rollback);
   ``ScriptedLM`` is the mock for tests.
@@ -22,8 +23,9 @@ Imports ``samplers`` and ``grammars``; never ``jsonschemabench``.
 """
 
 from engine.closing import ClosingPlanner, Completion
-from engine.decoding import DecodeOptions, FreeMatcher, SequenceOutput, decode
+from engine.decoding import DecodeOptions, SequenceOutput, decode
 from engine.generate import (
+    GenerationOptions,
     GenerationResult,
     SequenceSampler,
     generate,
@@ -35,6 +37,7 @@ from engine.lm import HFCausalLM, LanguageModel, ScriptedLM
 __all__ = [
     "generate",
     "generate_batch",
+    "GenerationOptions",
     "GenerationResult",
     "LanguageModel",
     "HFCausalLM",
@@ -42,7 +45,6 @@ __all__ = [
     "decode",
     "DecodeOptions",
     "SequenceOutput",
-    "FreeMatcher",
     "ClosingPlanner",
     "Completion",
     "SequenceSampler",

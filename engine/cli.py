@@ -61,6 +61,15 @@ def _add_constraint_args(parser: argparse.ArgumentParser, required: bool) -> Non
     )
 
 
+def _add_tokenizer_command(sub, name: str, handler, **texts: str) -> argparse.ArgumentParser:
+    """A subcommand over a tokenizer and a required constraint (``compile``, ``check``)."""
+    command = sub.add_parser(name, **texts)
+    command.add_argument("--tokenizer", required=True, metavar="PATH", help="tokenizer folder, tokenizer.json or .gguf")
+    _add_constraint_args(command, required=True)
+    command.set_defaults(handler=handler)
+    return command
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="corral",
@@ -93,30 +102,24 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--json", action="store_true", help="print the result as one JSON object")
     gen.set_defaults(handler=_cmd_generate)
 
-    comp = sub.add_parser(
-        "compile",
+    comp = _add_tokenizer_command(
+        sub, "compile", _cmd_compile,
         help="compile a constraint and report its size and timing",
         description="Compile a schema, regex or grammar for a tokenizer; print compile time, terminals, "
         "productions and the size of the first mask.",
     )
-    comp.add_argument("--tokenizer", required=True, metavar="PATH", help="tokenizer folder, tokenizer.json or .gguf")
-    _add_constraint_args(comp, required=True)
     comp.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    comp.set_defaults(handler=_cmd_compile)
 
-    check = sub.add_parser(
-        "check",
+    check = _add_tokenizer_command(
+        sub, "check", _cmd_check,
         help="check whether a text is accepted by a constraint",
         description="Tokenize a text and feed it through the constraint's matcher. Exit 0 if accepted, 1 if "
         "rejected (with the first rejected position) or incomplete.",
     )
-    check.add_argument("--tokenizer", required=True, metavar="PATH", help="tokenizer folder, tokenizer.json or .gguf")
-    _add_constraint_args(check, required=True)
     text = check.add_mutually_exclusive_group(required=True)
     text.add_argument("--text", help="the text to check")
     text.add_argument("--text-file", metavar="FILE", help="read the text to check from a file")
     check.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
-    check.set_defaults(handler=_cmd_check)
 
     bench = sub.add_parser(
         "bench",
@@ -220,7 +223,7 @@ def _describe_error(exc: Exception, constraint: _Constraint) -> str:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from engine.generate import generate_batch, load_model, load_vocabulary
+    from engine.generate import GenerationOptions, generate_batch, load_model, load_vocabulary
     from grammars import Compiler, GrammarError, TokenVocabulary
 
     constraint = _constraint(args)
@@ -235,29 +238,19 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     vocab = load_vocabulary(tok_source, lm)
     assert isinstance(vocab, TokenVocabulary)
     compiler = Compiler(vocab)
-    kwargs: dict[str, Any] = {}
+    grammar = None
     if constraint is not None:
         try:
-            compiled = _compile(compiler, constraint, args.whitespace)
+            grammar = _compile(compiler, constraint, args.whitespace)
         except GrammarError as exc:
             raise UsageError(_describe_error(exc, constraint)) from None
-        kwargs["grammar"] = compiled
-    [result] = generate_batch(
-        [args.prompt],
-        progress=True,  # a tqdm bar on stderr, hidden when stderr is not a terminal
-        model=lm,
-        tokenizer=vocab,
-        compiler=compiler,
-        sampler=args.sampler,
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        seed=args.seed,
-        stop=args.stop or None,
+    options = GenerationOptions(
+        grammar=grammar, tokenizer=vocab, compiler=compiler, sampler=args.sampler, max_tokens=args.max_tokens,
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed, stop=args.stop or None,
         chat_template=args.chat_template,
-        **kwargs,
+        progress=True,  # a tqdm bar on stderr, hidden when stderr is not a terminal
     )
+    [result] = generate_batch([args.prompt], model=lm, options=options)
     incomplete = constraint is not None and result.finish_reason == "length"
     if args.json:
         print(json.dumps({

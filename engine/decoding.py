@@ -10,10 +10,10 @@ stateful matcher). One step, for the rows still running:
 2. One ``LanguageModel.next_logits`` call scores every running row (the model reuses its KV
    cache; fast-forwarded tokens reach it together in one forward pass).
 3. For mask-based samplers the bitmask is applied to the whole batch in place
-   (``apply_token_bitmask_inplace`` semantics; on CPU one numpy ``unpackbits`` + ``putmask``);
-   samplers that test tokens themselves (AWRS, ASAp) get the raw logits and read the matcher, as
-   the ``samplers`` contract says. A batch without any constrained row skips steps 1 and 3
-   (only padding columns, and EOS under ``ignore_eos``, are set to ``-inf``).
+   (``samplers.kernels``, which owns every write of ``-inf`` into logits); samplers that test
+   tokens themselves (AWRS, ASAp) get the raw logits and read the matcher, as the ``samplers``
+   contract says. A batch without any constrained row skips steps 1 and 3 (only padding
+   columns, and EOS under ``ignore_eos``, are set to ``-inf``).
 4. Each row's ``SamplingRun.draw`` picks a token with the row's own ``torch.Generator`` (greedy
    ``direct_params`` take the argmax directly); the matcher advances; stop strings are checked;
    forced tokens are appended without sampling.
@@ -60,19 +60,14 @@ import torch
 
 from engine.closing import ClosingPlanner
 from engine.lm import LanguageModel
-from grammars import TokenCheck, TokenVocabulary, allocate_token_bitmask
+from grammars import TokenVocabulary, UnconstrainedMatcher, allocate_token_bitmask
 from grammars.bitmask import pack_bool
-from samplers import (
-    Draw,
-    NoAllowedToken,
-    SamplingParams,
-    SamplingRun,
-    apply_token_bitmask_inplace,
-)
+from samplers import Draw, NoAllowedToken, SamplingParams, SamplingRun, apply_token_bitmask_inplace
 from samplers import sample_categorical  # the draw MaskedSampler makes; see _Loop._draw
 from samplers.base import process_logits
+from samplers.kernels import disallow_tokens_inplace
 
-__all__ = ["FinishReason", "DecodeOptions", "SequenceOutput", "FreeMatcher", "decode"]
+__all__ = ["FinishReason", "DecodeOptions", "SequenceOutput", "decode"]
 
 #: Why a sequence ended: EOS at an accepting state (or a grammar that allows nothing else),
 #: the token budget, or a stop string.
@@ -121,79 +116,6 @@ class SequenceOutput:
     per_token_s: list[float] = field(default_factory=list)
 
 
-class FreeMatcher:
-    """The matcher of unconstrained generation: every real token id is allowed, EOS anytime.
-
-    Padding columns of the logits (ids ``>= vocab.size``) are never allowed. Implements the
-    parts of the ``grammars.Matcher`` interface that samplers and the loop use.
-    """
-
-    def __init__(self, vocab: TokenVocabulary, _consumed: list[int] | None = None):
-        self._vocab = vocab
-        self._eos = vocab.eos_token_ids
-        self._consumed: list[int] = _consumed if _consumed is not None else []
-        self._words = pack_bool(np.ones(vocab.size, dtype=bool), vocab.logits_width)
-
-    @property
-    def num_consumed(self) -> int:
-        return len(self._consumed)
-
-    def freeze(self):
-        return ("free", self.is_terminated())
-
-    def fill_mask(self, out: np.ndarray, row: int = 0) -> None:
-        target = out if out.ndim == 1 else out[row]
-        if self.is_terminated():
-            target[:] = 0
-        else:
-            target[:] = self._words
-
-    def allows(self, token: int) -> bool:
-        return not self.is_terminated() and 0 <= int(token) < self._vocab.size
-
-    def check(self, token: int) -> TokenCheck:
-        alone = np.array([int(token)], dtype=np.int64)
-        if self.allows(token):
-            return TokenCheck(True, alone[:0], alone)
-        return TokenCheck(False, alone, alone[:0])
-
-    def is_accepting(self) -> bool:
-        return not self.is_terminated()
-
-    def is_terminated(self) -> bool:
-        return bool(self._consumed) and self._consumed[-1] in self._eos
-
-    def forced_tokens(self, max_tokens: int = 64) -> list[int]:
-        return []
-
-    def advance(self, token: int) -> None:
-        from grammars import TokenRejected
-
-        if not self.allows(token):
-            raise TokenRejected(int(token))
-        self._consumed.append(int(token))
-
-    def try_advance(self, tokens: Sequence[int]) -> int:
-        count = 0
-        for token in tokens:
-            if not self.allows(token):
-                break
-            self._consumed.append(int(token))
-            count += 1
-        return count
-
-    def rollback(self, n: int = 1) -> None:
-        from grammars import RollbackError
-
-        if n < 0 or n > len(self._consumed):
-            raise RollbackError(f"cannot roll back {n} tokens; {len(self._consumed)} consumed")
-        if n:
-            del self._consumed[-n:]
-
-    def fork(self) -> FreeMatcher:
-        return FreeMatcher(self._vocab, list(self._consumed))
-
-
 @dataclass
 class _Row:
     prompt: list[int]
@@ -225,7 +147,7 @@ def decode(
 ) -> list[SequenceOutput]:
     """Generate for every row until EOS, a stop string or ``options.max_tokens``.
 
-    ``matchers[i]`` is a fresh ``Matcher`` (or a ``FreeMatcher`` for unconstrained rows), and it
+    ``matchers[i]`` is a fresh ``Matcher`` (a ``grammars.UnconstrainedMatcher`` for unconstrained rows), and it
     is advanced in place; ``runs[i]`` comes from ``sampler.start(...)``; ``generators[i]`` seeds
     row ``i``'s draws. ``planner`` enables budget-aware closing (``options.budget_closing``).
     ``on_tokens(n)`` is called with the number of tokens each step added (progress bars).
@@ -247,7 +169,7 @@ def decode(
             "build the vocabulary with logits_width=lm.logits_width (padded output layers)"
         )
     rows = [
-        _Row(list(p), m, r, g, constrained=not isinstance(m, FreeMatcher))
+        _Row(list(p), m, r, g, constrained=not isinstance(m, UnconstrainedMatcher))
         for p, m, r, g in zip(prompts, matchers, runs, generators)
     ]
     loop = _Loop(lm, vocab, options, planner if options.budget_closing else None, on_tokens)
@@ -305,15 +227,15 @@ class _Loop:
                     continue
                 logits = self.lm.next_logits([row.prompt + row.tokens for row in stepping])
                 if self.opt.premask:
-                    _apply_bitmask(logits, bitmask[: len(stepping)])
+                    apply_token_bitmask_inplace(logits, bitmask[: len(stepping)])
             else:  # no grammar in the batch: no masks, just the padding columns (and EOS) out
                 logits = self.lm.next_logits([row.prompt + row.tokens for row in stepping])
                 if self.vocab.size < logits.shape[-1]:
-                    logits[:, self.vocab.size :] = float("-inf")
+                    disallow_tokens_inplace(logits, slice(self.vocab.size, None))
             if self.opt.ignore_eos:
                 free = [k for k, row in enumerate(stepping) if not row.constrained]
                 if free:
-                    logits[torch.tensor(free)[:, None], torch.tensor(sorted(self.eos))[None, :]] = float("-inf")
+                    disallow_tokens_inplace(logits, sorted(self.eos), rows=free)
             added = 0
             now = None
             for k, row in enumerate(stepping):
@@ -365,7 +287,7 @@ class _Loop:
                 row.steered += rejections > 0
                 return draw
             rejections += 1
-            logits[draw.token] = float("-inf")
+            disallow_tokens_inplace(logits, draw.token)
         row.steered += 1
         found = self.planner.completion(row.matcher)  # it fits (steer), so it exists
         token = found.tokens[0] if found is not None and found.tokens else min(self.eos)
@@ -441,16 +363,3 @@ class _Loop:
         row.finish = reason
         row.run.finish(list(row.tokens), completed=reason == "stop")
 
-
-def _apply_bitmask(logits: torch.Tensor, words: np.ndarray) -> None:
-    """``apply_token_bitmask_inplace``, through numpy for CPU float32 logits (about 2x faster on
-    a 50k vocabulary: one ``unpackbits`` and one ``putmask`` on a shared view)."""
-    if (logits.device.type != "cpu" or logits.dtype != torch.float32 or not logits.is_contiguous()
-            or logits.requires_grad):
-        apply_token_bitmask_inplace(logits, torch.from_numpy(words))
-        return
-    width = logits.shape[-1]
-    allowed = np.unpackbits(np.ascontiguousarray(words).view(np.uint8), axis=1, bitorder="little")
-    if allowed.shape[1] < width:  # ids beyond the mask are never allowed
-        allowed = np.pad(allowed, ((0, 0), (0, width - allowed.shape[1])))
-    np.putmask(logits.numpy(), ~allowed[:, :width].view(bool), -np.inf)

@@ -7,10 +7,12 @@ The one-call API::
     result.value          # the parsed JSON (a Pydantic instance when schema= is a Pydantic class)
     result.finish_reason  # "stop" | "length" | "stop_string"
 
-Everything here is wiring: resolve the model (``LanguageModel``), the vocabulary (for the
-model's logits width and EOS ids), compile the constraint, pick the sampler, then hand over to
-``engine.decoding.decode`` — the loop that owns masking, sampling, forced tokens, stop strings
-and budget-aware closing.
+Settings live in one frozen dataclass, ``GenerationOptions``: both functions take its fields as
+keyword arguments or a prepared ``options=`` (a server keeps one per route and overrides the
+seed per request). Everything else here is wiring: resolve the model (``LanguageModel``), the
+vocabulary (for the model's logits width and EOS ids), compile the constraint, pick the
+sampler, then hand over to ``engine.decoding.decode`` — the loop that owns masking, sampling,
+forced tokens, stop strings and budget-aware closing.
 
 Reuse across calls: pass ``compiler=Compiler(vocab)`` (holds the vocabulary, the compiled
 grammars and the shared trie walks) and a loaded model or ``HFCausalLM``; with a path each call
@@ -20,6 +22,7 @@ loads the model again.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import inspect
 import json
@@ -34,12 +37,13 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import torch
 
 from engine.closing import ClosingPlanner
-from engine.decoding import DecodeOptions, FinishReason, FreeMatcher, decode
+from engine.decoding import DecodeOptions, FinishReason, decode
 from engine.lm import HFCausalLM, LanguageModel
-from grammars import CompiledGrammar, Compiler, EmptyLanguageError, Grammar, TokenVocabulary
+from grammars import CompiledGrammar, Compiler, EmptyLanguageError, Grammar, TokenVocabulary, UnconstrainedMatcher
 from samplers import MaskedSampler, SamplingParams, TokenSampler
 
 __all__ = [
+    "GenerationOptions",
     "GenerationResult",
     "SequenceSampler",
     "generate",
@@ -115,188 +119,213 @@ class SequenceSampler(Protocol):
         ...
 
 
+# --- options -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """Everything ``generate`` and ``generate_batch`` take besides the prompt(s) and the model.
+
+    The one place where these settings, their defaults and their checks live: both functions
+    take them as keyword arguments (``generate(prompt, model=m, schema=s, max_tokens=64)``) or as
+    a prepared ``options=GenerationOptions(...)``, keyword arguments overriding its fields.
+    Invalid combinations raise ``ValueError``/``TypeError`` here, before any model is loaded.
+
+    Constraint (at most one; none means unconstrained): ``schema`` — a JSON Schema (dict, JSON
+    text, bool) or a Pydantic model class; ``regex`` — full-match regular expression; ``grammar``
+    — GBNF text, a ``grammars.Grammar`` IR or an already ``CompiledGrammar``. ``whitespace``: the
+    JSON front end's whitespace policy (``"compact"`` or ``"flexible"``), schema only.
+
+    Model side: ``tokenizer`` — a transformers tokenizer, a ``TokenVocabulary`` or a path
+    (derived from the model when that is a path); ``compiler`` — a ``grammars.Compiler`` that
+    supplies the vocabulary and caches compiled grammars across calls; ``device``/``dtype`` for a
+    transformers model or path; ``chat_template`` — wrap each prompt as one user message with the
+    tokenizer's chat template.
+
+    Sampling: ``sampler`` — ``"masked"`` (default), ``"asap"``, ``"awrs"``, ``"smc"`` or an
+    instance; ``temperature``/``top_p``/``top_k`` configure named samplers (``temperature=0``:
+    greedy); ``seed`` — an int seeds a ``torch.Generator`` per row (row ``i`` gets ``seed + i``),
+    or one int per prompt: same seed, same output.
+
+    The loop: ``max_tokens`` bounds generated tokens, EOS included; ``stop`` — stop strings (not
+    with ``schema``, whose grammar decides the end); ``fast_forward`` — append forced tokens
+    without sampling (default: on for the masked sampler); ``budget_closing`` — steer to close
+    the constraint before ``max_tokens`` runs out (see ``engine.decoding``); ``ignore_eos`` —
+    unconstrained rows never end on EOS and produce exactly ``max_tokens`` tokens (throughput
+    baselines; a grammar still decides where constrained rows end); ``progress`` — a tqdm bar on
+    stderr.
+    """
+
+    schema: Any = None
+    regex: str | None = None
+    grammar: str | Grammar | CompiledGrammar | None = None
+    whitespace: str | None = None
+    tokenizer: Any = None
+    compiler: Compiler | None = None
+    device: str | torch.device | None = None
+    dtype: torch.dtype | str | None = None
+    chat_template: bool = False
+    sampler: SamplerName | TokenSampler | SequenceSampler = "masked"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | Sequence[int] | None = None
+    max_tokens: int = 256
+    stop: str | Sequence[str] | None = None
+    fast_forward: bool | None = None
+    budget_closing: bool = True
+    ignore_eos: bool = False
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        given = [name for name in ("schema", "regex", "grammar") if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ValueError(f"pass at most one constraint; got {' and '.join(given)}")
+        if self.regex is not None and not isinstance(self.regex, str):
+            raise TypeError(f"regex must be a str, got {type(self.regex).__name__}")
+        if self.grammar is not None and not isinstance(self.grammar, (str, Grammar, CompiledGrammar)):
+            raise TypeError(f"grammar must be GBNF text, a grammars.Grammar or a CompiledGrammar; "
+                            f"got {type(self.grammar).__name__}")
+        if self.whitespace is not None and self.schema is None:
+            raise ValueError("whitespace= applies to schema= only; set the whitespace in your regex or grammar instead")
+        if self.stop_strings and self.schema is not None:
+            raise ValueError("stop= cannot be combined with schema=: the schema's grammar decides where the output ends")
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
+        _ = self.sampling_params  # SamplingParams checks temperature, top_p and top_k
+
+    @classmethod
+    def of(cls, options: GenerationOptions | None, settings: dict[str, Any], caller: str) -> GenerationOptions:
+        """``options`` (or the defaults) with ``settings`` — keyword arguments of ``caller`` — applied."""
+        unknown = sorted(set(settings) - _OPTION_NAMES)
+        if unknown:
+            hint = difflib.get_close_matches(unknown[0], _OPTION_NAMES, n=1)
+            raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}"
+                            + (f"; did you mean {hint[0]!r}?" if hint else ""))
+        base = options if options is not None else cls()
+        return dataclasses.replace(base, **settings) if settings else base
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        """``stop`` as a tuple of non-empty strings."""
+        return _stop_strings(self.stop)
+
+    @property
+    def sampling_params(self) -> SamplingParams:
+        """The ``process_logits`` settings named samplers are built with."""
+        return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
+
+
+_OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(GenerationOptions))
+
+
+def _takes_options(func):
+    """Show ``GenerationOptions``' fields as ``func``'s keyword parameters (``help``, IDEs): derived
+    from the dataclass, so each default is written once."""
+    signature = inspect.signature(func)
+    kept = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    derived = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+               for f in dataclasses.fields(GenerationOptions)]
+    func.__signature__ = signature.replace(parameters=kept + derived)
+    return func
+
+
 # --- public entry points ----------------------------------------------------------------------
 
 
+@_takes_options
 def generate(
-    prompt: str | Sequence[int],
-    *,
-    schema: Any = None,
-    regex: str | None = None,
-    grammar: str | Grammar | CompiledGrammar | None = None,
-    model: Any,
-    tokenizer: Any = None,
-    sampler: SamplerName | TokenSampler | SequenceSampler = "masked",
-    max_tokens: int = 256,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    seed: int | None = None,
-    stop: str | Sequence[str] | None = None,
-    whitespace: str | None = None,
-    compiler: Compiler | None = None,
-    chat_template: bool = False,
-    fast_forward: bool | None = None,
-    budget_closing: bool = True,
-    ignore_eos: bool = False,
-    device: str | torch.device | None = None,
-    dtype: torch.dtype | str | None = None,
+    prompt: str | Sequence[int], *, model: Any, options: GenerationOptions | None = None, **settings: Any
 ) -> GenerationResult:
     """Generate one completion of ``prompt`` under at most one constraint.
 
-    Constraint (at most one; none means unconstrained):
-      ``schema`` — a JSON Schema (dict, JSON text, bool) or a Pydantic model class;
-      ``regex`` — full-match regular expression;
-      ``grammar`` — GBNF text, a ``grammars.Grammar`` IR or an already ``CompiledGrammar``.
-
     ``model``: a transformers causal LM, a path (or hub id) for ``from_pretrained``, or any
-    ``LanguageModel`` (``HFCausalLM``, ``ScriptedLM``). ``tokenizer``: a transformers tokenizer,
-    a ``TokenVocabulary``, or a path; derived from ``model`` when that is a path. ``compiler``
-    (a ``grammars.Compiler``) supplies the vocabulary and caches compiled grammars across calls.
-
-    ``sampler``: ``"masked"`` (default), ``"asap"``, ``"awrs"``, ``"smc"`` or an instance.
-    ``temperature``/``top_p``/``top_k`` configure named samplers (``temperature=0``: greedy).
-    ``seed`` seeds a ``torch.Generator`` for this call: same seed, same output.
-    ``max_tokens`` bounds generated tokens, EOS included. ``stop``: stop strings (not with
-    ``schema``, whose grammar decides the end). ``whitespace``: the JSON front end's whitespace
-    policy (``"compact"`` or ``"flexible"``), schema only. ``chat_template``: wrap the prompt as
-    one user message with the tokenizer's chat template. ``fast_forward``: append forced tokens
-    without sampling (default: on for the masked sampler). ``budget_closing``: steer to close
-    the constraint before ``max_tokens`` runs out (see ``engine.decoding``). ``ignore_eos``:
-    unconstrained generations never end on EOS and produce exactly ``max_tokens`` tokens (for
-    throughput baselines); constrained ones are unaffected, their grammar decides the end.
+    ``LanguageModel`` (``HFCausalLM``, ``ScriptedLM``). Everything else — ``schema=``/``regex=``/
+    ``grammar=``, ``tokenizer=``, ``compiler=``, ``sampler=``, ``temperature=``, ``seed=``,
+    ``max_tokens=``, ``stop=`` … — is a ``GenerationOptions`` field, given by name or as
+    ``options=`` (see ``GenerationOptions`` for each).
 
     Raises ``ValueError``/``TypeError`` for bad arguments (the message says how to fix them),
-    and corral's typed errors (``grammars.GrammarError`` and subclasses, ``VocabularyError``)
-    unchanged.
+    and corral's typed errors (``grammars.ConstraintError`` and subclasses: ``GrammarError``,
+    ``VocabularyError``, ``NoAllowedToken``) unchanged.
     """
-    return generate_batch(
-        [prompt],
-        schema=schema,
-        regex=regex,
-        grammar=grammar,
-        model=model,
-        tokenizer=tokenizer,
-        sampler=sampler,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        seed=seed,
-        stop=stop,
-        whitespace=whitespace,
-        compiler=compiler,
-        chat_template=chat_template,
-        fast_forward=fast_forward,
-        budget_closing=budget_closing,
-        ignore_eos=ignore_eos,
-        device=device,
-        dtype=dtype,
-    )[0]
+    return generate_batch([prompt], model=model, options=GenerationOptions.of(options, settings, "generate"))[0]
 
 
+@_takes_options
 def generate_batch(
-    prompts: Sequence[str | Sequence[int]],
-    *,
-    schema: Any = None,
-    regex: str | None = None,
-    grammar: str | Grammar | CompiledGrammar | None = None,
-    model: Any,
-    tokenizer: Any = None,
-    sampler: SamplerName | TokenSampler | SequenceSampler = "masked",
-    max_tokens: int = 256,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    seed: int | Sequence[int] | None = None,
-    stop: str | Sequence[str] | None = None,
-    whitespace: str | None = None,
-    compiler: Compiler | None = None,
-    chat_template: bool = False,
-    fast_forward: bool | None = None,
-    budget_closing: bool = True,
-    ignore_eos: bool = False,
-    device: str | torch.device | None = None,
-    dtype: torch.dtype | str | None = None,
-    progress: bool = False,
+    prompts: Sequence[str | Sequence[int]], *, model: Any, options: GenerationOptions | None = None,
+    **settings: Any,
 ) -> list[GenerationResult]:
     """``generate`` for several prompts in one batch (one model call per step for all rows).
 
-    Same arguments as ``generate``; the constraint applies to every prompt. ``seed`` is one int
+    Same options as ``generate``; the constraint applies to every prompt. ``seed`` is one int
     (row ``i`` uses ``seed + i``), one int per prompt, or None. Row ``i`` then draws exactly
     what ``generate(prompts[i], seed=seed + i, ...)`` draws *given the same logits*: each row
     has its own generator and matcher. The logits of a padded batch may differ from a single
     row's in the last float bits, so with a real model batch and sequential results agree
     except where a draw falls on such a boundary (they matched in our float32 CPU tests); with a
-    ``ScriptedLM`` they are identical. ``progress=True`` shows a tqdm bar on stderr.
+    ``ScriptedLM`` they are identical.
     """
+    opts = GenerationOptions.of(options, settings, "generate_batch")
     if isinstance(prompts, (str, bytes)):
         raise TypeError("generate_batch takes a list of prompts; use generate() for one prompt")
     prompts = list(prompts)
     if not prompts:
         return []
-    _check_one_constraint(schema, regex, grammar)
-    if whitespace is not None and schema is None:
-        raise ValueError("whitespace= applies to schema= only; set the whitespace in your regex or grammar instead")
-    stops = _stop_strings(stop)
-    if stops and schema is not None:
-        raise ValueError("stop= cannot be combined with schema=: the schema's grammar decides where the output ends")
-    seeds = _seeds(seed, len(prompts))
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
-    resolved = resolve_sampler(sampler, SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p))
+    seeds = _seeds(opts.seed, len(prompts))
+    resolved = resolve_sampler(opts.sampler, opts.sampling_params)
 
-    lm, tok_source = load_model(model, tokenizer, device=device, dtype=dtype)
-    vocab = load_vocabulary(tok_source, lm, compiler)
-    compiler = compiler if compiler is not None and compiler.vocab == vocab else Compiler(vocab)
+    lm, tok_source = load_model(model, opts.tokenizer, device=opts.device, dtype=opts.dtype)
+    vocab = load_vocabulary(tok_source, lm, opts.compiler)
+    compiler = opts.compiler if opts.compiler is not None and opts.compiler.vocab == vocab else Compiler(vocab)
+    compiled, compile_s = _compile_timed(compiler, vocab, opts)
 
-    t0 = time.perf_counter()
-    compiled = _compile(compiler, vocab, schema=schema, regex=regex, grammar=grammar, whitespace=whitespace)
-    if compiled is not None and budget_closing:
-        compiled.matcher().shortest_completion()  # builds the grammar's closing tables: compile work
-    compile_s = time.perf_counter() - t0 if compiled is not None else 0.0
-
-    prompt_ids = [_encode_prompt(p, vocab, chat_template) for p in prompts]
+    prompt_ids = [_encode_prompt(p, vocab, opts.chat_template) for p in prompts]
     device_of_logits = getattr(lm, "device", torch.device("cpu"))
     generators = [None if s is None else torch.Generator(device=device_of_logits).manual_seed(int(s)) for s in seeds]
 
     def new_matcher():
-        return compiled.matcher() if compiled is not None else FreeMatcher(vocab)
+        return compiled.matcher() if compiled is not None else UnconstrainedMatcher(vocab)
 
     if isinstance(resolved, SequenceSampler) and not isinstance(resolved, TokenSampler):
-        if stops:
+        if opts.stop_strings:
             raise ValueError("stop= is not supported with a sequence-level sampler (SMC); use a token sampler")
         return [
-            _run_sequence_sampler(resolved, lm, vocab, ids, new_matcher(), gen, max_tokens, schema, compile_s)
+            _run_sequence_sampler(resolved, lm, vocab, ids, new_matcher(), gen, opts.max_tokens, opts.schema, compile_s)
             for ids, gen in zip(prompt_ids, generators)
         ]
 
-    masked = isinstance(resolved, MaskedSampler) or bool(getattr(resolved, "premask", False))
-    options = DecodeOptions(
-        max_tokens=max_tokens,
-        stop=stops,
-        fast_forward=masked if fast_forward is None else bool(fast_forward),
-        premask=masked,
-        budget_closing=budget_closing,
-        ignore_eos=ignore_eos,
-        direct_params=resolved.params if type(resolved) is MaskedSampler else None,
-    )
     matchers = [new_matcher() for _ in prompts]
     runs = [resolved.start(_sampler_key(p, compiled)) for p in prompt_ids]
-    planner = ClosingPlanner(vocab) if budget_closing and compiled is not None else None
-    bar = _progress_bar(progress, total=max_tokens * len(prompts))
+    planner = ClosingPlanner(vocab) if opts.budget_closing and compiled is not None else None
+    bar = _progress_bar(opts.progress, total=opts.max_tokens * len(prompts))
     try:
         outputs = decode(
-            lm, vocab, prompt_ids, matchers, runs, generators, options,
+            lm, vocab, prompt_ids, matchers, runs, generators, _decode_options(opts, resolved),
             planner=planner, on_tokens=bar.update if bar is not None else None,
         )
     finally:
         if bar is not None:
             bar.close()
     return [
-        _result(out.text, out.token_ids, out.finish_reason, schema, ids, compile_s, out)
+        _result(out.text, out.token_ids, out.finish_reason, opts.schema, ids, compile_s, out)
         for out, ids in zip(outputs, prompt_ids)
     ]
+
+
+def _decode_options(opts: GenerationOptions, sampler: Any) -> DecodeOptions:
+    """The loop's settings: masked samplers get premasked logits and, by default, fast-forwarding."""
+    masked = isinstance(sampler, MaskedSampler) or bool(getattr(sampler, "premask", False))
+    return DecodeOptions(
+        max_tokens=opts.max_tokens,
+        stop=opts.stop_strings,
+        fast_forward=masked if opts.fast_forward is None else bool(opts.fast_forward),
+        premask=masked,
+        budget_closing=opts.budget_closing,
+        ignore_eos=opts.ignore_eos,
+        direct_params=sampler.params if type(sampler) is MaskedSampler else None,
+    )
 
 
 # --- resolution helpers -------------------------------------------------------------------------
@@ -437,33 +466,29 @@ def _model_eos_ids(lm: Any) -> set[int]:
     return set()
 
 
-def _check_one_constraint(schema: Any, regex: Any, grammar: Any) -> None:
-    given = [name for name, v in (("schema", schema), ("regex", regex), ("grammar", grammar)) if v is not None]
-    if len(given) > 1:
-        raise ValueError(f"pass at most one constraint; got {' and '.join(given)}")
-    if regex is not None and not isinstance(regex, str):
-        raise TypeError(f"regex must be a str, got {type(regex).__name__}")
-
-
-def _compile(
-    compiler: Compiler, vocab: TokenVocabulary, *, schema, regex, grammar, whitespace
-) -> CompiledGrammar | None:
-    compiled = _compile_constraint(compiler, vocab, schema=schema, regex=regex, grammar=grammar, whitespace=whitespace)
-    if compiled is not None and compiled.accepts_nothing:  # from a Compiler(allow_empty_language=True)
+def _compile_timed(
+    compiler: Compiler, vocab: TokenVocabulary, opts: GenerationOptions
+) -> tuple[CompiledGrammar | None, float]:
+    """The constraint compiled (None: unconstrained) and the seconds it took, closing tables
+    included (``budget_closing`` needs them: compile work, not decoding work)."""
+    t0 = time.perf_counter()
+    compiled = _compile_constraint(compiler, vocab, opts)
+    if compiled is None:
+        return None, 0.0
+    if compiled.accepts_nothing:  # from a Compiler(allow_empty_language=True)
         raise EmptyLanguageError("the constraint accepts no output at all: nothing can be generated")
-    return compiled
+    if opts.budget_closing:
+        compiled.matcher().shortest_completion()
+    return compiled, time.perf_counter() - t0
 
 
-def _compile_constraint(
-    compiler: Compiler, vocab: TokenVocabulary, *, schema, regex, grammar, whitespace
-) -> CompiledGrammar | None:
-    if schema is not None:
-        options = {} if whitespace is None else {"whitespace": whitespace}
-        return compiler.compile_json_schema(schema, **options)
-    if regex is not None:
-        return compiler.compile_regex(regex)
-    if grammar is None:
-        return None
+def _compile_constraint(compiler: Compiler, vocab: TokenVocabulary, opts: GenerationOptions) -> CompiledGrammar | None:
+    if opts.schema is not None:
+        whitespace = {} if opts.whitespace is None else {"whitespace": opts.whitespace}
+        return compiler.compile_json_schema(opts.schema, **whitespace)
+    if opts.regex is not None:
+        return compiler.compile_regex(opts.regex)
+    grammar = opts.grammar
     if isinstance(grammar, CompiledGrammar):
         if grammar.vocab != vocab:
             raise ValueError(
@@ -473,9 +498,7 @@ def _compile_constraint(
         return grammar
     if isinstance(grammar, Grammar):
         return compiler.compile_grammar(grammar)
-    if isinstance(grammar, str):
-        return compiler.compile_gbnf(grammar)
-    raise TypeError(f"grammar must be GBNF text, a grammars.Grammar or a CompiledGrammar; got {type(grammar).__name__}")
+    return None if grammar is None else compiler.compile_gbnf(grammar)
 
 
 def _stop_strings(stop: Any) -> tuple[str, ...]:
@@ -540,7 +563,12 @@ def _adds_bos(vocab: TokenVocabulary) -> bool:
 
 
 def _sampler_key(prompt_ids: list[int], compiled: CompiledGrammar | None) -> Hashable:
-    return (tuple(prompt_ids), id(compiled))
+    """What a learning sampler (ASAp) keys its state by: the prompt and the constraint's content.
+
+    ``compiled.key`` (IR + vocabulary fingerprint), not ``id(compiled)``: a plain ``generate``
+    call compiles afresh, and a collected grammar hands its ``id()`` on to the next object.
+    """
+    return (tuple(prompt_ids), None if compiled is None else compiled.key)
 
 
 def _parse_value(text: str, schema: Any) -> Any:

@@ -82,7 +82,7 @@ class CorralLogitsProcessor(LogitsProcessor):
                 bitmask[row] = -1  # finished: generate pads this row; keep its scores finite
             else:
                 matcher.fill_mask(bitmask, row)
-        apply_token_bitmask_inplace(scores, torch.from_numpy(bitmask))
+        apply_token_bitmask_inplace(scores, bitmask)
         return scores
 
     # --- internals -------------------------------------------------------------------------

@@ -7,7 +7,8 @@ trained on MaskBench's valid instances, each prompted with its schema::
 
     Schema: {"type":"object","properties":{...}}\\nJSON: {"name":"Ada"}<eos>
 
-Command line (the README quickstart)::
+Command line (the model the README's examples and benchmarks use; ``python -m engine.quickstart``
+trains a quicker one)::
 
     python -m engine.tiny --vocab ../shared/vocab/ggml-vocab-gpt-2.gguf \\
         --data ../shared/jsonschemabench/maskbench --out models/tiny-json --minutes 8
@@ -16,6 +17,8 @@ It trains for ``--minutes`` of wall-clock time, then measures on held-out schema
 name hashes into the held-out split) how often *unconstrained* sampling produces JSON that
 parses and that validates against its schema — and the same with the JSON grammar enforced by
 corral — prints it, and writes ``<out>/metrics.json`` next to the saved model and tokenizer.
+The evaluation takes minutes of its own; ``--eval-n 0`` skips it (``engine.quickstart`` does,
+unless asked to ``--evaluate``).
 
 Training cost is dominated by the output layer (tens of thousands of logits per position), so
 the loss is computed only on the instance tokens and EOS (the completion), with a sampled
@@ -36,7 +39,7 @@ import math
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +56,7 @@ __all__ = [
     "encode_examples",
     "train",
     "evaluate_validity",
+    "held_out_report",
     "save",
     "main",
 ]
@@ -100,38 +104,33 @@ def _compact(value: Any) -> str:
 
 def build_model(config: TinyConfig, *, seed: int = 0):
     """A randomly initialised ``GPT2LMHeadModel`` or ``LlamaForCausalLM`` with tied embeddings."""
+    import transformers
+
+    if config.arch not in _ARCHS:
+        raise ValueError(f"arch must be 'gpt2' or 'llama', got {config.arch!r}")
+    config_class, model_class, sizes = _ARCHS[config.arch]
     torch.manual_seed(seed)
-    if config.arch == "gpt2":
-        from transformers import GPT2Config, GPT2LMHeadModel
+    hf_config = getattr(transformers, config_class)(
+        vocab_size=config.vocab_size, bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
+        tie_word_embeddings=True, **sizes(config),
+    )
+    return getattr(transformers, model_class)(hf_config)
 
-        hf_config = GPT2Config(
-            vocab_size=config.vocab_size,
-            n_embd=config.hidden,
-            n_layer=config.n_layer,
-            n_head=config.n_head,
-            n_positions=config.max_positions,
-            bos_token_id=config.bos_token_id,
-            eos_token_id=config.eos_token_id,
-            tie_word_embeddings=True,
-        )
-        return GPT2LMHeadModel(hf_config)
-    if config.arch == "llama":
-        from transformers import LlamaConfig, LlamaForCausalLM
 
-        hf_config = LlamaConfig(
-            vocab_size=config.vocab_size,
-            hidden_size=config.hidden,
-            intermediate_size=config.hidden * 3,
-            num_hidden_layers=config.n_layer,
-            num_attention_heads=config.n_head,
-            num_key_value_heads=config.n_head,
-            max_position_embeddings=config.max_positions,
-            bos_token_id=config.bos_token_id,
-            eos_token_id=config.eos_token_id,
-            tie_word_embeddings=True,
-        )
-        return LlamaForCausalLM(hf_config)
-    raise ValueError(f"arch must be 'gpt2' or 'llama', got {config.arch!r}")
+def _gpt2_sizes(c: TinyConfig) -> dict[str, int]:
+    return {"n_embd": c.hidden, "n_layer": c.n_layer, "n_head": c.n_head, "n_positions": c.max_positions}
+
+
+def _llama_sizes(c: TinyConfig) -> dict[str, int]:
+    return {"hidden_size": c.hidden, "intermediate_size": c.hidden * 3, "num_hidden_layers": c.n_layer,
+            "num_attention_heads": c.n_head, "num_key_value_heads": c.n_head, "max_position_embeddings": c.max_positions}
+
+
+#: arch -> (transformers config class, model class, TinyConfig's sizes in that config's names)
+_ARCHS = {
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", _gpt2_sizes),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", _llama_sizes),
+}
 
 
 def load_tokenizer(vocab_path: str | Path):
@@ -457,8 +456,12 @@ def save(model, tokenizer, out_dir: str | Path, metrics: dict | None = None) -> 
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     if metrics is not None:
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+        _write_metrics(out, metrics)
     return out
+
+
+def _write_metrics(out: Path, metrics: dict) -> None:
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
 
 
 # --- command line ---------------------------------------------------------------------------
@@ -483,22 +486,27 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (3e-3)")
     p.add_argument("--negatives", type=int, default=2048,
                    help="sampled-softmax negatives per step; 0 = targets only, -1 = exact full softmax (2048)")
-    p.add_argument("--eval-n", type=int, default=100, help="held-out schemas to evaluate (100)")
+    p.add_argument("--eval-n", type=int, default=100, help="held-out schemas to evaluate; 0 skips the evaluation (100)")
     p.add_argument("--eval-max-tokens", type=int, default=256, help="token budget per evaluation sample (256)")
     p.add_argument("--json-gbnf", help="GBNF JSON grammar for the constrained comparison "
                    "(default: gbnf/json.gbnf next to the data's parent folder)")
     p.add_argument("--max-schema-chars", type=int, default=600,
                    help="skip schemas longer than this as compact JSON (600); shorter prompts train faster")
     p.add_argument("--limit-files", type=int, help="read only the first N MaskBench files (quick runs, tests)")
+    p.add_argument("--log-every", type=int, default=50, help="log the mean loss every N steps (50)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int,
                    help="torch CPU threads (default: torch's choice; on a busy machine 1 is often fastest)")
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Train, evaluate on held-out schemas, save; returns an exit code."""
+def main(argv: Sequence[str] | None = None, *, log: Callable[[str], None] | None = None) -> int:
+    """Train, save, evaluate on held-out schemas (unless ``--eval-n 0``); returns an exit code.
+
+    ``log`` receives the progress lines (default: stdout, flushed, so a watcher sees each step).
+    """
     args = _parser().parse_args(argv)
+    log = log or _print
     if args.threads:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
@@ -507,8 +515,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.data, limit_files=args.limit_files, max_schema_chars=args.max_schema_chars
     )
     encoded = encode_examples(train_examples, vocab, max_len=args.max_len)
-    print(f"data: {len(train_examples)} train / {len(held_examples)} held-out instances; "
-          f"{len(encoded)} fit {args.max_len} tokens ({time.perf_counter() - t0:.1f}s)", flush=True)
+    log(f"data: {len(train_examples)} train / {len(held_examples)} held-out instances; "
+        f"{len(encoded)} fit {args.max_len} tokens ({time.perf_counter() - t0:.1f}s)")
     eos = min(vocab.eos_token_ids)
     config = TinyConfig(
         vocab_size=vocab.logits_width, arch=args.arch, n_layer=args.layers, hidden=args.hidden,
@@ -517,15 +525,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     model = build_model(config, seed=args.seed)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"model: {args.arch}, {args.layers} layers, hidden {args.hidden}, {n_params / 1e6:.1f}M parameters, "
-          f"vocabulary {vocab.logits_width}", flush=True)
+    log(f"model: {args.arch}, {args.layers} layers, hidden {args.hidden}, {n_params / 1e6:.1f}M parameters, "
+        f"vocabulary {vocab.logits_width}")
     stats = train(
         model, encoded, minutes=args.minutes, max_steps=args.max_steps, batch_tokens=args.batch_tokens,
-        lr=args.lr, pad_token_id=eos, seed=args.seed, log=lambda m: print(m, flush=True),
+        lr=args.lr, pad_token_id=eos, seed=args.seed, log_every=args.log_every, log=log,
         sampled_negatives=None if args.negatives < 0 else args.negatives,
     )
-    print(f"trained {stats.steps} steps, {stats.examples} examples, {stats.supervised_tokens} supervised tokens "
-          f"in {stats.seconds:.0f}s", flush=True)
+    log(f"trained {stats.steps} steps, {stats.examples} examples, {stats.supervised_tokens} supervised tokens "
+        f"in {stats.seconds:.0f}s")
     model.generation_config.eos_token_id = eos
     model.generation_config.pad_token_id = eos
     out = save(model, tokenizer, args.out)
@@ -536,27 +544,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         | {"final_loss": sum(stats.losses[-50:]) / max(1, len(stats.losses[-50:]))},
         "held_out_schemas": len({ex.source for ex in held_examples}),
     }
-    t1 = time.perf_counter()
-    metrics["unconstrained"] = evaluate_validity(
-        model, vocab, held_examples, n=args.eval_n, max_tokens=args.eval_max_tokens, seed=args.seed
-    )
-    print(f"unconstrained: parses {metrics['unconstrained']['parse_rate']:.1%}, "
-          f"schema-valid {metrics['unconstrained']['schema_valid_rate']:.1%} "
-          f"(n={metrics['unconstrained']['n']}, {time.perf_counter() - t1:.0f}s)", flush=True)
-    gbnf = Path(args.json_gbnf) if args.json_gbnf else Path(args.data).resolve().parents[1] / "gbnf" / "json.gbnf"
-    if gbnf.is_file():
-        t2 = time.perf_counter()
-        metrics["json_grammar"] = evaluate_validity(
-            model, vocab, held_examples, n=args.eval_n, max_tokens=args.eval_max_tokens, seed=args.seed,
-            grammar=gbnf.read_text(encoding="utf-8"),
-        )
-        print(f"constrained by json.gbnf: parses {metrics['json_grammar']['parse_rate']:.1%}, "
-              f"schema-valid {metrics['json_grammar']['schema_valid_rate']:.1%} "
-              f"({time.perf_counter() - t2:.0f}s)", flush=True)
+    if args.eval_n > 0:
+        metrics |= held_out_report(model, vocab, held_examples, n=args.eval_n, max_tokens=args.eval_max_tokens,
+                                   seed=args.seed, json_gbnf=_json_gbnf(args), log=log)
     metrics["total_seconds"] = time.perf_counter() - t0
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
-    print(f"saved {out} (metrics in {out / 'metrics.json'})", flush=True)
+    _write_metrics(out, metrics)
+    log(f"saved {out} (metrics in {out / 'metrics.json'})")
     return 0
+
+
+def held_out_report(
+    model, vocab, held: Sequence[Example], *, n: int = 100, max_tokens: int = 256, seed: int = 0,
+    json_gbnf: str | None = None, log: Callable[[str], None] = print,
+) -> dict[str, dict]:
+    """``evaluate_validity`` unconstrained and, given ``json_gbnf`` (GBNF text), under the JSON grammar:
+    ``{"unconstrained": ..., "json_grammar": ...}`` as ``metrics.json`` holds them, each logged."""
+    runs = [("unconstrained", "unconstrained", None)]
+    if json_gbnf is not None:
+        runs.append(("json_grammar", "constrained by json.gbnf", json_gbnf))
+    report = {}
+    for key, label, grammar in runs:
+        t0 = time.perf_counter()
+        scores = report[key] = evaluate_validity(model, vocab, held, n=n, max_tokens=max_tokens, seed=seed,
+                                                 grammar=grammar)
+        log(f"{label}: parses {scores['parse_rate']:.1%}, schema-valid {scores['schema_valid_rate']:.1%} "
+            f"(n={scores['n']}, {time.perf_counter() - t0:.0f}s)")
+    return report
+
+
+def _json_gbnf(args: argparse.Namespace) -> str | None:
+    """``--json-gbnf``, else ``gbnf/json.gbnf`` next to the data's parent folder, when it exists."""
+    path = Path(args.json_gbnf) if args.json_gbnf else Path(args.data).resolve().parents[1] / "gbnf" / "json.gbnf"
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def _print(message: str) -> None:
+    print(message, flush=True)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Every matcher kind keeps it, and samplers, decoders and the test kit's ``MatcherLaws`` rely on
 nothing else. ``StateHistory`` is the half of it every kind implements alike. Numpy, typing and
-``grammars.errors`` only, so every layer of ``grammars`` may import it.
+``grammars.errors`` only, so every layer of ``grammars`` above the errors may import it.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ sum instead of 128K random numbers and a top-k (measured: 0.16 ms vs 0.9 ms per 
 Two estimators of ``Z`` are implemented, both *properly weighted*: for every token ``x``,
 ``E[Ẑ · 1(X = x)] = p(x)·accept(x)``, which implies ``E[Ẑ] = Z`` and is what SMC needs.
 
-``recursive_awrs`` (genlm-control's recursive AWRS). Let ``R`` be the tokens rejected before the
+``recursive`` (genlm-control's recursive AWRS). Let ``R`` be the tokens rejected before the
 first acceptance ``x`` and ``M = Σ_{t∉R} p(t)`` the mass not rejected. Draw one more token ``y``
 from ``p`` restricted to ``V ∖ (R ∪ {x})`` and return ``Ẑ = M`` if ``accept(y)`` else
 ``Ẑ = p(x)`` (``Ẑ = M = p(x)`` when no such ``y`` exists). Unbiasedness, by the recursion
@@ -30,7 +30,7 @@ multiplies the remaining mass by ``1 − r(t)``, so by induction the contributio
 has exactly that mean because ``y`` is accepted with probability ``(A − r(x))/(1 − r(x))``. Sum:
 ``r(x)A + r(x)(1 − A) = r(x)`` — times ``M`` this is ``p(x)``. ``M·f`` is the returned value.
 
-``two_trace_awrs`` (the estimator shipped with the paper, Proposition 3). Run ARS once (trace 0:
+``two_trace`` (the estimator shipped with the paper, Proposition 3). Run ARS once (trace 0:
 ``n0`` rejections, rejected mass ``ψ0``), then continue drawing without replacement from the
 not-rejected tokens — accepted tokens are never removed, so ``x`` may be drawn again, which costs
 no check — until a second acceptance (trace 1: ``n1`` more rejections). Return
@@ -78,11 +78,11 @@ in the *two_trace* sum ``ψ_k`` becomes the mass of everything removed after ``k
 (``n`` still counts draws) — each factor ``p(r_k)/(1−ψ_{k−1})`` and the telescoping over ``j``
 are unchanged. When the model's favourite spelling is wrong (a property name it does not copy),
 one check removes every token that goes wrong along the same walk instead of one draw each: on
-MaskBench schemas with the tiny model, ~3 checks per token instead of 31–39 (BENCHMARKS.md §4a).
+MaskBench schemas with the tiny model, ~3 checks per token instead of 31–39 (BENCHMARKS.md §4).
 
 Default: *redraw* — its weights are bounded and positive (``p(x) <= Ẑ <= p(x) + M``; *recursive*:
 ``<= M``) and its budget exact, as *recursive*'s, and it needs fewer checks: on MaskBench schemas with the tiny model 2.3–2.5
-per token against 2.9–3.0 (BENCHMARKS.md §4a). The
+per token against 2.9–3.0 (BENCHMARKS.md §4). The
 *two_trace* weights are heavy-tailed when the valid mass is small (values ~``1/n`` with probability
 ~``Z²``), more so under a budget, and gave visibly noisier SMC posteriors in our tests.
 ``estimator="auto"`` uses *two_trace* when the largest probability is at least 2/3 and
@@ -129,8 +129,6 @@ __all__ = [
     "MatcherChecks",
     "AWRSResult",
     "awrs",
-    "recursive_awrs",
-    "two_trace_awrs",
     "PEAKED_THRESHOLD",
 ]
 
@@ -399,44 +397,6 @@ def _run(logps, accept, generator, estimator, max_rejects, allowed, rejected_wit
     )
 
 
-def recursive_awrs(
-    logps: torch.Tensor,
-    accept: Callable[[int], bool],
-    generator: torch.Generator | None = None,
-    *,
-    max_rejects: int | None = None,
-    allowed: Callable[[], torch.Tensor] | None = None,
-    rejected_with: Callable[[int], np.ndarray | None] | None = None,
-) -> AWRSResult:
-    """Recursive AWRS: ARS until the first acceptance, then one more draw for the weight.
-
-    ``logps``: 1-D log-weights (normalised or not; ``-inf`` entries are never drawn); the result
-    estimates ``log Σ_t exp(logps[t])·accept(t)``. ``accept(token)``: the constraint.
-    ``max_rejects``/``allowed``: after that many rejections, ``allowed()`` (a bool vector — numpy or
-    torch — over the same ids, agreeing with ``accept``) replaces further checks; the rest is exact.
-    ``rejected_with(token)``: after ``token`` is rejected, ids of tokens the same check proved
-    rejected too (or ``None``); they are removed with it. Estimator and proofs: module docstring.
-    """
-    return _run(logps, accept, generator, "recursive", max_rejects, allowed, rejected_with)
-
-
-def two_trace_awrs(
-    logps: torch.Tensor,
-    accept: Callable[[int], bool],
-    generator: torch.Generator | None = None,
-    *,
-    max_rejects: int | None = None,
-    allowed: Callable[[], torch.Tensor] | None = None,
-    rejected_with: Callable[[int], np.ndarray | None] | None = None,
-) -> AWRSResult:
-    """The paper's AWRS: ARS (trace 0) plus one continuation trace; ``Ẑ = (1 − ψ0)/(n0 + n1 + 1)``.
-
-    Arguments as ``recursive_awrs``; the budget counts the rejections of both traces. Estimator,
-    proof and budget rule: module docstring.
-    """
-    return _run(logps, accept, generator, "two_trace", max_rejects, allowed, rejected_with)
-
-
 def awrs(
     logps: torch.Tensor,
     accept: Callable[[int], bool],
@@ -448,12 +408,22 @@ def awrs(
     rejected_with: Callable[[int], np.ndarray | None] | None = None,
     weight: bool = True,
 ) -> AWRSResult:
-    """AWRS with the chosen estimator: ``"redraw"`` (default), ``"recursive"``, ``"two_trace"`` or ``"auto"``
-    (``two_trace`` when ``max p >= 2/3``, else ``recursive``).
+    """Draw a token ``∝ exp(logps)·accept`` and estimate the valid mass, with the chosen estimator.
 
-    ``weight=False``: the draw alone (same distribution), ``log_weight`` ``nan``: no check is
-    spent on the estimate (the recursive estimator's extra draw, the second trace). Other
-    arguments and the result as ``recursive_awrs``.
+    ``estimator``: ``"redraw"`` (default), ``"recursive"`` (ARS until the first acceptance, then
+    one more draw for the weight), ``"two_trace"`` (the paper's: ARS plus one continuation trace,
+    ``Ẑ = (1 − ψ0)/(n0 + n1 + 1)``; its budget counts the rejections of both traces) or ``"auto"``
+    (``two_trace`` when ``max p >= 2/3``, else ``recursive``). Estimators, proofs and budget
+    rules: module docstring.
+
+    ``logps``: 1-D log-weights (normalised or not; ``-inf`` entries are never drawn); the result
+    estimates ``log Σ_t exp(logps[t])·accept(t)``. ``accept(token)``: the constraint.
+    ``max_rejects``/``allowed``: after that many rejections, ``allowed()`` (a bool vector — numpy or
+    torch — over the same ids, agreeing with ``accept``) replaces further checks; the rest is exact.
+    ``rejected_with(token)``: after ``token`` is rejected, ids of tokens the same check proved
+    rejected too (or ``None``); they are removed with it. ``weight=False``: the draw alone (same
+    distribution), ``log_weight`` ``nan``: no check is spent on the estimate (the recursive
+    estimator's extra draw, the second trace).
     """
     return _run(logps, accept, generator, estimator, max_rejects, allowed, rejected_with, weight)
 

@@ -11,10 +11,10 @@ For a grammar whose token language is finite (or cut at ``max_tokens``), this mo
 - ``exact_proposal``: the sequence distribution of any per-step rule ``step(prefix, matcher)``,
   e.g. ASAp's current proposal (``exact_asap``);
 
-plus ``kl_divergence``, ``total_variation``, ``empirical``, ``chisquare_pvalue`` and two test aids: ``hashed_logits_fn``
+plus ``kl_divergence``, ``total_variation``, ``empirical``, ``chisquare_pvalue`` and test aids: ``hashed_logits_fn``
 (a scripted model whose logits are a fixed pseudo-random function of the prefix) and
-``reference_decode`` (a minimal decoding loop driving a ``TokenSampler``; the engine owns the real
-one). Sequences are tuples of token ids ending with the EOS id the grammar accepted.
+``reference_decode`` (a minimal decoding loop driving a ``TokenSampler``, over ``draw_sequence``;
+the engine owns the real one). Sequences are tuples of token ids ending with the EOS id the grammar accepted.
 
 Everything is plain DFS over the grammar's allowed tokens, one model call per prefix: fine for a
 few thousand prefixes, hopeless beyond. ``max_tokens`` bounds the depth; a grammar with longer
@@ -53,6 +53,7 @@ __all__ = [
     "chisquare_pvalue",
     "hashed_logits_fn",
     "batched",
+    "draw_sequence",
     "reference_decode",
 ]
 
@@ -182,8 +183,7 @@ def exact_masked(
     def step(prefix, m):
         return masked_distribution(logits_fn(list(prefix)).reshape(-1), m, params)
 
-    dist = exact_proposal(step, matcher, width, max_tokens=max_tokens, truncate=truncate)
-    return normalize(dist) if truncate else dist
+    return _locally_normalised(step, matcher, width, max_tokens, truncate)
 
 
 def exact_asap(
@@ -212,6 +212,12 @@ def exact_asap(
         total = float(weights.sum())
         return torch.from_numpy(weights / total if total > 0 else weights)
 
+    return _locally_normalised(step, matcher, width, max_tokens, truncate)
+
+
+def _locally_normalised(step: StepFn, matcher, width: int, max_tokens: int, truncate: bool) -> Distribution:
+    """``exact_proposal`` of a rule normalised at every step: a distribution already, except that
+    ``truncate`` drops the sequences longer than ``max_tokens``, so it is conditioned on the rest."""
     dist = exact_proposal(step, matcher, width, max_tokens=max_tokens, truncate=truncate)
     return normalize(dist) if truncate else dist
 
@@ -324,6 +330,32 @@ def batched(logits_fn: LogitsFn) -> Callable[[list[list[int]]], torch.Tensor]:
     return batch_fn
 
 
+def draw_sequence(
+    run,
+    logits_fn: LogitsFn,
+    matcher,
+    *,
+    max_tokens: int = 64,
+    generator: torch.Generator | None = None,
+) -> tuple[list[int], float, int]:
+    """Draw with ``run`` (a ``SamplingRun``) until EOS or ``max_tokens``, advancing ``matcher`` in
+    place: ``(tokens, summed log_weight, summed checks)``.
+
+    It does not call ``run.finish``: whether a learning sampler (ASAp) learns from the sequence is
+    the caller's choice — ``reference_decode`` finishes, a test of a frozen proposal does not.
+    """
+    tokens: list[int] = []
+    log_weight = 0.0
+    checks = 0
+    while not matcher.is_terminated() and len(tokens) < max_tokens:
+        draw = run.draw(logits_fn(tokens), matcher, generator)
+        matcher.advance(draw.token)
+        tokens.append(draw.token)
+        log_weight += draw.log_weight
+        checks += draw.checks
+    return tokens, log_weight, checks
+
+
 def reference_decode(
     sampler,
     key: Hashable,
@@ -336,17 +368,9 @@ def reference_decode(
     """Generate one sequence with a ``TokenSampler``: ``(tokens, summed log_weight, summed checks)``.
 
     A minimal loop for tests and benchmarks (``matcher`` is advanced in place): ``start(key)``,
-    then ``draw``/``advance`` until EOS or ``max_tokens``, then ``finish``.
+    then ``draw_sequence``, then ``finish``.
     """
     run = sampler.start(key)
-    tokens: list[int] = []
-    log_weight = 0.0
-    checks = 0
-    while not matcher.is_terminated() and len(tokens) < max_tokens:
-        draw = run.draw(logits_fn(tokens), matcher, generator)
-        matcher.advance(draw.token)
-        tokens.append(draw.token)
-        log_weight += draw.log_weight
-        checks += draw.checks
+    tokens, log_weight, checks = draw_sequence(run, logits_fn, matcher, max_tokens=max_tokens, generator=generator)
     run.finish(tokens, matcher.is_terminated())
     return tokens, log_weight, checks

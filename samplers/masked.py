@@ -25,7 +25,7 @@ def masked_distribution(logits: torch.Tensor, matcher, params: SamplingParams = 
     words = allocate_token_bitmask(1, logits.shape[-1])
     matcher.fill_mask(words, 0)
     masked = logits.detach().float().clone()
-    apply_token_bitmask_inplace(masked, torch.from_numpy(words[0]))
+    apply_token_bitmask_inplace(masked, words[0])
     if torch.isneginf(masked).all():
         raise NoAllowedToken("the grammar allows no token in this state")
     return torch.softmax(process_logits(masked, params), dim=-1)

@@ -1,34 +1,20 @@
-"""The loop's fast paths: numpy mask application, unconstrained rows without masks, ignore_eos,
-greedy draws, the planner's byte-count shortcut and closing from the first step."""
+"""The loop's fast paths: unconstrained rows without masks, ignore_eos, greedy draws, the
+planner's byte-count shortcut and closing from the first step (mask application itself:
+``tests/samplers/test_kernels.py``)."""
 
 from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
-import torch
 
 from engine import ClosingPlanner, ScriptedLM, generate
-from engine.decoding import _apply_bitmask
 from grammars import Compiler
-from samplers import apply_token_bitmask_inplace
 
 
 @pytest.fixture(scope="module")
 def compiler(byte_vocab):
     return Compiler(byte_vocab)
-
-
-@pytest.mark.parametrize("width", [268, 300, 50_257])
-def test_numpy_mask_application_equals_the_reference(width):
-    rng = np.random.default_rng(width)
-    words = rng.integers(-(2**31), 2**31 - 1, size=(3, (min(width, 268) + 31) // 32), dtype=np.int64).astype(np.int32)
-    logits = torch.from_numpy(rng.standard_normal((3, width)).astype(np.float32))
-    expected = logits.clone()
-    apply_token_bitmask_inplace(expected, torch.from_numpy(words))
-    _apply_bitmask(logits, words)  # wider logits than the mask: the rest is never allowed
-    assert torch.equal(logits, expected)
 
 
 def eos_lover(vocab):

@@ -17,7 +17,7 @@ import torch
 from engine import (
     ClosingPlanner,
     DecodeOptions,
-    FreeMatcher,
+    GenerationOptions,
     GenerationResult,
     ScriptedLM,
     decode,
@@ -369,6 +369,36 @@ def test_bad_arguments_raise_with_a_fix(byte_vocab, compiler, kwargs, error, mat
         generate("P", model=lm, tokenizer=byte_vocab, compiler=compiler, **kwargs)
 
 
+def test_options_are_one_dataclass_given_by_name_or_prepared(byte_vocab, compiler):
+    lm = random_lm(byte_vocab)
+    prepared = GenerationOptions(regex=LIST, tokenizer=byte_vocab, compiler=compiler, max_tokens=30, seed=4)
+    by_name = generate("P", model=lm, regex=LIST, tokenizer=byte_vocab, compiler=compiler, max_tokens=30, seed=4)
+    assert generate("P", model=lm, options=prepared).token_ids == by_name.token_ids
+    overridden = generate("P", model=lm, options=prepared, seed=5, max_tokens=3)
+    assert overridden.finish_reason == "length" and len(overridden.token_ids) == 3  # keywords win
+    assert prepared.max_tokens == 30  # frozen: the prepared options are untouched
+
+
+def test_options_check_before_any_model_and_name_the_typo():
+    with pytest.raises(ValueError, match="at most one constraint"):
+        GenerationOptions(regex="a", grammar='root ::= "a"')
+    with pytest.raises(ValueError, match="temperature"):
+        GenerationOptions(temperature=-1.0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_token'; did you mean 'max_tokens'"):
+        generate("P", model=object(), max_token=5)
+
+
+def test_signatures_show_every_option_with_its_one_default():
+    import dataclasses
+    import inspect
+
+    defaults = {f.name: f.default for f in dataclasses.fields(GenerationOptions)}
+    for func in (generate, generate_batch):
+        params = inspect.signature(func).parameters
+        assert {name: params[name].default for name in defaults} == defaults
+        assert params["model"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
 def test_model_and_tokenizer_errors(byte_vocab):
     lm = prefers(byte_vocab, {})
     with pytest.raises(TypeError, match="tokenizer="):
@@ -390,36 +420,29 @@ def test_grammar_errors_propagate_typed(byte_vocab, compiler):
         generate("P", model=prefers(byte_vocab, {}), tokenizer=byte_vocab, compiler=compiler, grammar="root ::= (")
 
 
-# --- FreeMatcher --------------------------------------------------------------------------------
+class DeadEnd:
+    """A matcher stuck where nothing, not even EOS, is allowed (a vocabulary that cannot spell the
+    grammar's only continuation)."""
+
+    num_consumed = 0
+
+    def fill_mask(self, out, row=0):
+        out[row] = 0
+
+    def is_terminated(self):
+        return False
+
+    def forced_tokens(self, max_tokens=64):
+        return []
 
 
-def test_free_matcher(byte_vocab):
-    import numpy as np
+def test_a_dead_end_raises_no_allowed_token_a_constraint_error(byte_vocab):
+    from grammars import ConstraintError
+    from samplers import NoAllowedToken
 
-    from grammars import (
-        RollbackError,
-        TokenRejected,
-        TokenVocabulary,
-        allocate_token_bitmask,
-    )
-    from grammars.bitmask import unpack_bits
-
-    padded = TokenVocabulary.from_bytes([b"a", b"b", b""], eos_token_ids=[2], logits_width=40)
-    m = FreeMatcher(padded)
-    mask = allocate_token_bitmask(1, 40)
-    m.fill_mask(mask, 0)
-    assert np.flatnonzero(unpack_bits(mask[0], 40)).tolist() == [0, 1, 2]  # no padding columns
-    assert m.allows(0) and not m.allows(39) and m.is_accepting()
-    m.advance(0)
-    fork = m.fork()
-    m.advance(2)
-    assert m.is_terminated() and not m.allows(0) and not fork.is_terminated()
-    with pytest.raises(TokenRejected):
-        m.advance(1)
-    m.rollback(1)
-    assert m.num_consumed == 1
-    with pytest.raises(RollbackError):
-        m.rollback(5)
+    with pytest.raises(ConstraintError) as caught:
+        decode(prefers(byte_vocab, {"a": 1.0}), byte_vocab, [[0]], [DeadEnd()], [MaskedSampler().start()], [None])
+    assert type(caught.value) is NoAllowedToken and "allows no token" in str(caught.value)
 
 
 def test_a_constraint_that_accepts_nothing_raises_before_generating(byte_vocab):

@@ -15,27 +15,27 @@ DIGITS = r"[1-9][0-9]{2,4}"
 WORD = r"(cat|dog|bird)s?"
 
 
-def hf_generate(model, tokenizer, prompts, processor, max_new_tokens=12, seed=0):
+def generated_ids(model, tokenizer, prompts, processor, max_new_tokens=12, seed=0) -> list[list[int]]:
+    """``model.generate`` with ``processor`` on left-padded prompts: each row's new token ids."""
     tokenizer.padding_side = "left"
     tokenizer.pad_token = tokenizer.eos_token
     batch = tokenizer(prompts, return_tensors="pt", padding=True)
     torch.manual_seed(seed)
     out = model.generate(**batch, logits_processor=[processor], max_new_tokens=max_new_tokens, do_sample=True,
                          pad_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
-    width = batch["input_ids"].shape[1]
-    return [tokenizer.decode(row[width:], skip_special_tokens=True) for row in out]
+    return out[:, batch["input_ids"].shape[1]:].tolist()
+
+
+def hf_generate(model, tokenizer, prompts, processor, max_new_tokens=12, seed=0):
+    """Generated texts, special tokens (EOS, padding) dropped."""
+    rows = generated_ids(model, tokenizer, prompts, processor, max_new_tokens, seed)
+    return [tokenizer.decode(row, skip_special_tokens=True) for row in rows]
 
 
 def hf_generate_rows(model, tokenizer, prompts, processor, max_new_tokens=12, seed=0):
     """Generated token ids per row (up to EOS) and whether the row ended with EOS."""
-    tokenizer.padding_side = "left"
-    tokenizer.pad_token = tokenizer.eos_token
-    batch = tokenizer(prompts, return_tensors="pt", padding=True)
-    torch.manual_seed(seed)
-    out = model.generate(**batch, logits_processor=[processor], max_new_tokens=max_new_tokens, do_sample=True,
-                         pad_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
     rows = []
-    for row in out[:, batch["input_ids"].shape[1]:].tolist():
+    for row in generated_ids(model, tokenizer, prompts, processor, max_new_tokens, seed):
         stopped = tokenizer.eos_token_id in row
         rows.append((row[: row.index(tokenizer.eos_token_id)] if stopped else row, stopped))
     return rows

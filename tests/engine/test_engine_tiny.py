@@ -49,6 +49,9 @@ def test_train_save_reload_round_trip(tmp_path, examples, gpt2_vocab, arch):
                         max_positions=600, eos_token_id=50256, bos_token_id=50256)
     model = build_model(config, seed=0)
     assert model.get_input_embeddings().weight.shape[0] == gpt2_vocab.logits_width  # covers the logits width
+    hf = model.config  # TinyConfig's sizes under each architecture's own names
+    assert (hf.hidden_size, hf.num_hidden_layers, hf.num_attention_heads) == (16, 2, 2)
+    assert hf.tie_word_embeddings and hf.eos_token_id == 50256
     encoded = encode_examples(examples[0][:16], gpt2_vocab, max_len=384)
     negatives = None if arch == "llama" else 2048  # exact full softmax / sampled softmax
     stats = train(model, encoded, max_steps=3, batch_tokens=1024, pad_token_id=50256, log=None,
@@ -98,6 +101,17 @@ def test_command_line_end_to_end(tmp_path, gpt2_vocab_path, maskbench_dir):
     assert set(metrics["unconstrained"]) >= {"n", "parse_rate", "schema_valid_rate", "stopped_rate"}
     assert metrics["train"]["steps"] == 1
     assert (out / "config.json").is_file() and (out / "tokenizer_config.json").is_file()
+
+
+def test_eval_n_0_skips_the_evaluation_and_log_gets_the_progress(tmp_path, gpt2_vocab_path, maskbench_dir):
+    lines: list[str] = []
+    code = main(["--vocab", str(gpt2_vocab_path), "--data", str(maskbench_dir), "--out", str(tmp_path / "t"),
+                 "--max-steps", "2", "--layers", "1", "--hidden", "16", "--heads", "2", "--limit-files", "40",
+                 "--batch-tokens", "1024", "--eval-n", "0", "--log-every", "1"], log=lines.append)
+    assert code == 0
+    metrics = json.loads((tmp_path / "t" / "metrics.json").read_text())
+    assert "unconstrained" not in metrics and metrics["train"]["steps"] == 2
+    assert [line.split()[0] for line in lines] == ["data:", "model:", "step", "step", "trained", "saved"]
 
 
 def test_bad_arch():

@@ -12,7 +12,7 @@ import torch
 from grammars import Compiler, TokenVocabulary
 from samplers import ASAp, NoAllowedToken, SamplingParams, TokenSampler
 from samplers.asap import AsapTrie, asap_weights, backpropagate, expected_future
-from samplers.enumerate import exact_asap, exact_masked, hashed_logits_fn, reference_decode
+from samplers.enumerate import draw_sequence, exact_asap, exact_masked, hashed_logits_fn, reference_decode
 
 PIECES = [b"0", b"1", b""]
 
@@ -118,11 +118,8 @@ def test_finish_twice_is_a_no_op_and_draw_after_finish_raises(skewed):
     gen = torch.Generator().manual_seed(0)
     run = sampler.start("k")
     matcher = skewed.matcher()
-    tokens = []
-    while not matcher.is_terminated():
-        t = run.draw(skewed_lm(tokens), matcher, gen).token
-        matcher.advance(t)
-        tokens.append(t)
+    tokens, _, _ = draw_sequence(run, skewed_lm, matcher, generator=gen)
+    assert matcher.is_terminated()
     with pytest.raises(NoAllowedToken):
         run.draw(skewed_lm(tokens), matcher, gen)
     run.finish(tokens, True)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from grammars import Compiler, TokenVocabulary
 from samplers import AWRS, NoAllowedToken, SamplingParams, TokenSampler
 from samplers._numeric import sample_categorical
-from samplers.awrs import AWRSResult, awrs, recursive_awrs, two_trace_awrs
+from samplers.awrs import AWRSResult, awrs
 
 ESTIMATORS = ["recursive", "redraw", "two_trace", "auto"]
 
@@ -96,8 +96,8 @@ def test_same_seed_same_result():
 def test_everything_accepted_gives_the_exact_total():
     logps = torch.tensor([0.3, -1.0, 2.0, -0.5])
     for seed in range(20):
-        for fn in (recursive_awrs, two_trace_awrs):
-            r = fn(logps, lambda t: True, torch.Generator().manual_seed(seed))
+        for estimator in ("recursive", "two_trace"):
+            r = awrs(logps, lambda t: True, torch.Generator().manual_seed(seed), estimator=estimator)
             assert r.log_weight == pytest.approx(float(torch.logsumexp(logps.double(), 0)))
             assert r.rejects == 0
 
@@ -106,7 +106,7 @@ def test_recursive_with_one_valid_token_is_exact():
     """With a single accepted token the recursive tail is always rejected: Ẑ = p(x) exactly."""
     logps = torch.log(torch.tensor([0.6, 0.1, 0.2, 0.1], dtype=torch.float64))
     for seed in range(30):
-        r = recursive_awrs(logps, lambda t: t == 2, torch.Generator().manual_seed(seed))
+        r = awrs(logps, lambda t: t == 2, torch.Generator().manual_seed(seed), estimator="recursive")
         assert r.token == 2 and r.log_weight == pytest.approx(math.log(0.2))
 
 
@@ -115,9 +115,8 @@ def test_budget_falls_back_to_the_mask():
     mask = torch.tensor([False, False, True, True])
     seen = {}
     for seed in range(40):
-        r = recursive_awrs(
-            logps, lambda t: bool(mask[t]), torch.Generator().manual_seed(seed), max_rejects=1, allowed=lambda: mask
-        )
+        r = awrs(logps, lambda t: bool(mask[t]), torch.Generator().manual_seed(seed), estimator="recursive",
+                 max_rejects=1, allowed=lambda: mask)
         if r.used_mask:
             assert r.rejects == 1 and r.log_weight == pytest.approx(math.log(0.05))
             seen["mask"] = True
@@ -128,7 +127,7 @@ def test_budget_falls_back_to_the_mask():
 def test_budget_needs_the_mask_callback():
     """Without ``allowed`` there is no budget: the walk goes on until it finds the valid token."""
     logps = torch.log(torch.tensor([0.5, 0.3, 0.19, 0.01], dtype=torch.float64))
-    r = recursive_awrs(logps, lambda t: t == 3, torch.Generator().manual_seed(0), max_rejects=1)
+    r = awrs(logps, lambda t: t == 3, torch.Generator().manual_seed(0), estimator="recursive", max_rejects=1)
     assert r.token == 3 and r.rejects == 3 and not r.used_mask
 
 
@@ -144,7 +143,7 @@ def test_large_vocabulary_walk_skips_removed_tokens():
         calls.append(t)
         return t == valid
 
-    r = recursive_awrs(logps, accept, gen)
+    r = awrs(logps, accept, gen, estimator="recursive")
     # every rejection, the acceptance, then the recursive tail check (rejected: one valid token)
     assert r.token == valid and len(calls) == len(set(calls)) and r.rejects == len(calls) - 2
 

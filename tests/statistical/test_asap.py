@@ -20,44 +20,19 @@ from collections import Counter
 import pytest
 import torch
 
-from grammars import Compiler, TokenVocabulary
+from sampler_tasks import multibyte_task, skewed_task
 from samplers import ASAp
 from samplers.enumerate import (
     chisquare_pvalue,
+    draw_sequence,
     exact_asap,
     exact_masked,
     exact_target,
-    hashed_logits_fn,
     kl_divergence,
     reference_decode,
 )
 
 pytestmark = pytest.mark.statistical
-
-SKEWED_PIECES = [b"0", b"1", b""]
-MULTI_PIECES = [b"a", b"b", b"c", b"ab", b"ba", b"bc", b"ac", b"aa", b""]
-
-
-def skewed_lm(prefix):
-    if len(prefix) == 0:
-        probs = [0.75, 0.24, 0.01]
-    elif len(prefix) < 4:
-        probs = [0.5, 0.45, 0.05]
-    else:
-        probs = [0.1, 0.1, 0.8]
-    return torch.log(torch.tensor(probs))
-
-
-def skewed_task():
-    vocab = TokenVocabulary.from_bytes(SKEWED_PIECES, eos_token_ids=[2])
-    return Compiler(vocab).compile_regex("0000|1[01]{3}"), skewed_lm, len(SKEWED_PIECES)
-
-
-def multibyte_task():
-    vocab = TokenVocabulary.from_bytes(MULTI_PIECES, eos_token_ids=[8])
-    grammar = Compiler(vocab).compile_regex("(a|b)(a|b)?c")
-    return grammar, hashed_logits_fn(len(MULTI_PIECES), seed=0, scale=2.0), len(MULTI_PIECES)
-
 
 def kl_trajectory(grammar, lm, width, checkpoints, seed=0):
     """KL(ASAp proposal || Q) after each number of samples in ``checkpoints`` (then stop)."""
@@ -100,16 +75,8 @@ def test_asap_draws_follow_its_current_proposal():
         reference_decode(sampler, "key", lm, grammar.matcher(), generator=gen)
     proposal = exact_asap(sampler, "key", lm, grammar.matcher(), width)
     assert kl_divergence(proposal, exact_masked(lm, grammar.matcher(), width)) > 0.1
-    samples = []
-    for _ in range(800):
-        run = sampler.start("key")
-        matcher = grammar.matcher()
-        tokens = []
-        while not matcher.is_terminated():
-            token = run.draw(lm(tokens), matcher, gen).token
-            matcher.advance(token)
-            tokens.append(token)
-        samples.append(tuple(tokens))  # no run.finish(): the estimates stay as they were
+    # draw_sequence never calls run.finish(): the estimates stay as they were
+    samples = [tuple(draw_sequence(sampler.start("key"), lm, grammar.matcher(), generator=gen)[0]) for _ in range(800)]
     assert exact_asap(sampler, "key", lm, grammar.matcher(), width) == pytest.approx(proposal)
     pvalue = chisquare_pvalue(Counter(samples), proposal)
     assert pvalue > 1e-4, pvalue

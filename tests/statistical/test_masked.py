@@ -17,6 +17,8 @@ import pytest
 import torch
 
 from grammars import Compiler, TokenVocabulary
+from sampler_tasks import SKEWED_EOS as EOS
+from sampler_tasks import multibyte_task, skewed_lm, skewed_task
 from samplers import MaskedSampler
 from samplers.enumerate import (
     chisquare_pvalue,
@@ -29,25 +31,10 @@ from samplers.enumerate import (
 
 pytestmark = pytest.mark.statistical
 
-#: the skewed binary grammar: "0000" or "1" then any 3 bits; the model prefers "0" first
-SKEWED_PIECES = [b"0", b"1", b""]
-EOS = 2
-
-
-def skewed_lm(prefix):
-    if len(prefix) == 0:
-        probs = [0.75, 0.24, 0.01]
-    elif len(prefix) < 4:
-        probs = [0.5, 0.45, 0.05]
-    else:
-        probs = [0.1, 0.1, 0.8]
-    return torch.log(torch.tensor(probs))
-
 
 @pytest.fixture(scope="module")
 def skewed():
-    vocab = TokenVocabulary.from_bytes(SKEWED_PIECES, eos_token_ids=[EOS])
-    return Compiler(vocab).compile_regex("0000|1[01]{3}")
+    return skewed_task().grammar
 
 
 def test_enumerated_gcd_matches_the_closed_form(skewed):
@@ -97,11 +84,8 @@ def test_masking_is_exact_when_every_allowed_token_has_the_same_future():
 
 
 def test_masked_sampler_draws_from_the_enumerated_gcd_distribution():
-    pieces = [b"a", b"b", b"c", b"ab", b"ba", b"bc", b"ac", b"aa", b""]
-    vocab = TokenVocabulary.from_bytes(pieces, eos_token_ids=[8])
-    grammar = Compiler(vocab).compile_regex("(a|b)(a|b)?c")
-    lm = hashed_logits_fn(len(pieces), seed=1, scale=1.0)
-    gcd = exact_masked(lm, grammar.matcher(), len(pieces))
+    grammar, lm, width = multibyte_task(seed=1, scale=1.0)
+    gcd = exact_masked(lm, grammar.matcher(), width)
     gen = torch.Generator().manual_seed(0)
     sampler = MaskedSampler()
     samples = [tuple(reference_decode(sampler, None, lm, grammar.matcher(), generator=gen)[0]) for _ in range(600)]

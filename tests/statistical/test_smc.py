@@ -18,31 +18,13 @@ import numpy as np
 import pytest
 import torch
 
-from grammars import Compiler, TokenVocabulary
+from sampler_tasks import multibyte_task, skewed_task
 from samplers import SMC
-from samplers.enumerate import batched, exact_masked, exact_target, hashed_logits_fn, total_variation
+from samplers.enumerate import batched, exact_masked, exact_target, total_variation
 
 pytestmark = pytest.mark.statistical
 
 PARTICLES = {4: 32, 32: 8, 256: 5}  # particle count -> seeded runs
-
-
-def multibyte_task():
-    pieces = [b"a", b"b", b"c", b"ab", b"ba", b"bc", b"ac", b"aa", b""]
-    vocab = TokenVocabulary.from_bytes(pieces, eos_token_ids=[8])
-    grammar = Compiler(vocab).compile_regex("(a|b)(a|b)?c")
-    return grammar, hashed_logits_fn(len(pieces), seed=0, scale=2.0), len(pieces)
-
-
-def skewed_task():
-    vocab = TokenVocabulary.from_bytes([b"0", b"1", b""], eos_token_ids=[2])
-    grammar = Compiler(vocab).compile_regex("0000|1[01]{3}")
-
-    def lm(prefix):
-        probs = [0.75, 0.24, 0.01] if not prefix else [0.5, 0.45, 0.05] if len(prefix) < 4 else [0.1, 0.1, 0.8]
-        return torch.log(torch.tensor(probs))
-
-    return grammar, lm, 3
 
 
 @pytest.mark.parametrize(("task", "resampling"), [(multibyte_task, "multinomial"), (skewed_task, "systematic")])
