@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SCHEMA", "QuickTraining", "ensure_model", "generate_value", "main"]
+__all__ = ["SCHEMA", "QuickTraining", "ensure_model", "start_warm_up", "warm_up", "generate_value", "main"]
 
 #: A schema with the usual parts: required properties, a bounded integer, an enum, an array.
 SCHEMA = {
@@ -84,6 +85,27 @@ def ensure_model(model: Path, recipe: QuickTraining = QuickTraining(), log: Log 
         raise SystemExit(status)
 
 
+def start_warm_up(schema: Any) -> subprocess.Popen:
+    """Compile ``schema`` in a second process while the model trains on the first core.
+
+    On a fresh checkout the first compile pays for compiling corral's numba kernels (cached on
+    disk after that) and for the vocabulary's trie, a minute or more on two cores: done beside
+    training, the quickstart's own compile then finds them ready."""
+    code = "import json, sys; from engine.quickstart import warm_up; warm_up(json.loads(sys.argv[1]))"
+    return subprocess.Popen([sys.executable, "-c", code, json.dumps(schema)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def warm_up(schema: Any) -> None:
+    """Compile ``schema`` for the quickstart's vocabulary and compute a first mask (fills the
+    on-disk caches: numba kernels, the vocabulary's trie and tokenizer)."""
+    from grammars import TokenVocabulary, allocate_token_bitmask, compile_json_schema
+
+    vocab = TokenVocabulary.from_gguf(_shared("vocab", "ggml-vocab-gpt-2.gguf"))
+    matcher = compile_json_schema(schema, vocab).matcher()
+    matcher.fill_mask(allocate_token_bitmask(1, vocab.logits_width), 0)
+
+
 def generate_value(model: Path, schema: Any, *, max_tokens: int, seed: int, log: Log = _stderr):
     """Load the model, compile ``schema``, generate one value (a ``GenerationResult``), saying each step.
 
@@ -122,8 +144,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "threads trained three times fewer steps in the same minute)")
     args = parser.parse_args(argv)
     _quiet_setup(args.threads)
-    ensure_model(args.model, QuickTraining(minutes=args.minutes))
     schema = json.loads(args.schema.read_text(encoding="utf-8")) if args.schema else SCHEMA
+    warming = None if (args.model / "config.json").is_file() else start_warm_up(schema)
+    ensure_model(args.model, QuickTraining(minutes=args.minutes))
+    if warming is not None and warming.poll() is None:
+        _stderr("waiting for the first compile, started beside the training (numba kernels, once per checkout) ...")
+        warming.wait()
     result = generate_value(args.model, schema, max_tokens=args.max_tokens, seed=args.seed)
     print(result.text, flush=True)
     valid = _report(result, schema)

@@ -38,8 +38,19 @@ _FINGERPRINT_DOMAIN = b"corral.TokenVocabulary.v1\0"
 _SPACE_MARKER = "\u2581"  # ▁, SentencePiece's stand-in for a space
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
-#: How token bytes were derived: given explicitly, byte-level BPE, or SentencePiece.
-Scheme = Literal["bytes", "byte-level", "sentencepiece"]
+#: How token bytes were derived: given explicitly, byte-level BPE, SentencePiece-style ``▁`` pieces
+#: (SentencePiece, Unigram, Gemma 4's BPE), WordPiece, or RWKV's escaped byte strings.
+Scheme = Literal["bytes", "byte-level", "sentencepiece", "wordpiece", "rwkv"]
+
+# (llama.cpp vocabulary type, spaces spelled as ▁) -> Scheme; PLaMo-2's tokens are their own bytes
+_GGUF_SCHEMES: dict[tuple[str, bool], Scheme] = {
+    ("bpe", False): "byte-level",
+    ("bpe", True): "sentencepiece",
+    ("spm", True): "sentencepiece",
+    ("ugm", True): "sentencepiece",
+    ("wpm", True): "wordpiece",
+    ("rwkv", True): "rwkv",
+}
 
 
 def _gpt2_byte_alphabet() -> dict[int, str]:
@@ -175,10 +186,11 @@ class TokenVocabulary:
     def hf_tokenizer(self) -> Any:
         """The transformers tokenizer behind this vocabulary, or None for ``from_bytes`` ones.
 
-        For GGUF vocabularies it is loaded on first use from the corrected, cached conversion
-        (about 2 s for Llama 3, against ~15 s to convert the GGUF file again), so peers that
-        need a transformers tokenizer see the same vocabulary. Note that it adds BOS as its
-        configuration says, unlike ``encode``.
+        For GGUF vocabularies it is loaded on first use from the ``tokenizer.json`` cached by
+        ``grammars.vocab.gguf`` (transformers never reads the GGUF file itself), so peers that
+        need a transformers tokenizer see the same vocabulary; None for tokenizer models that
+        ``tokenizers`` cannot express (WordPiece, Unigram, RWKV, PLaMo-2). Note that it adds
+        BOS/EOS as llama.cpp's ``add_special`` would, unlike ``encode``.
         """
         getter = getattr(self._encoder, "hf_tokenizer", None)
         return getter() if callable(getter) else None
@@ -288,58 +300,38 @@ class TokenVocabulary:
     ) -> "TokenVocabulary":
         """A vocabulary from a GGUF file (a vocab-only one or a full model), tokenizing as llama.cpp.
 
-        Token bytes follow llama.cpp's ``token_to_piece`` on the GGUF token types: normal tokens
-        are decoded (byte-level or SentencePiece), byte tokens are their byte, user-defined tokens
-        their literal text; control, unknown and unused tokens are special. EOS ids default to
-        llama.cpp's end-of-generation set: the EOS/EOT/EOM metadata plus tokens such as
-        ``<|eot_id|>`` and ``<|im_end|>`` that it recognises by their text.
+        Read from the file's own ``tokenizer.ggml.*`` metadata, whatever its architecture, with
+        llama.cpp's rules (``grammars.vocab.llama_vocab``): token bytes are llama.cpp's
+        ``token_to_piece`` for every tokenizer model it decodes (SentencePiece, byte-level BPE,
+        WordPiece, Unigram, RWKV, PLaMo-2); control, unknown and unused tokens are special; user-
+        defined tokens are their literal text. EOS ids default to llama.cpp's end-of-generation
+        set (EOS/EOT/EOM metadata, FIM pad/repo/separator tokens, and texts such as
+        ``<|eot_id|>``). A model corral cannot decode exactly is refused with ``VocabularyError``.
 
-        The first load converts the tokenizer with transformers (~25 s for Llama 3) and caches it
-        under ``cache_dir`` (default ``$CORRAL_CACHE_DIR`` or ``~/.cache/corral``); later loads
-        read the cache. See ``grammars.vocab.gguf``.
+        ``encode`` tokenizes as llama.cpp for BPE, SentencePiece and RWKV vocabularies and raises
+        ``VocabularyError`` for the others. The first load builds a ``tokenizer.json`` and caches
+        it under ``cache_dir`` (default ``$CORRAL_CACHE_DIR`` or ``~/.cache/corral``); see
+        ``grammars.vocab.gguf``.
         """
-        from grammars.vocab.gguf import (
-            GGUFTokenType,
-            load_gguf_tokenizer,
-            load_tokenizer_file,
-        )
+        from grammars.vocab.gguf import load_gguf_tokenizer
 
         info = load_gguf_tokenizer(path, cache_dir=cache_dir)
-        byte_level = info.model == "gpt2"
-        tokens: list[bytes] = []
-        special: set[int] = set()
-        for i, (text, kind) in enumerate(zip(info.tokens, info.token_types, strict=True)):
-            if kind == GGUFTokenType.NORMAL and byte_level:
-                piece = byte_level_piece_bytes(text)
-            elif kind == GGUFTokenType.NORMAL:
-                piece = sentencepiece_piece_bytes(text, byte_fallback=False)
-            elif kind == GGUFTokenType.USER_DEFINED:
-                piece = text.encode("utf-8")
-            elif kind == GGUFTokenType.BYTE:
-                m = _BYTE_PIECE.fullmatch(text)
-                if m is None:
-                    raise VocabularyError(f"{info.source}: byte token {i} is {text!r}, not <0xNN>")
-                piece = bytes([int(m.group(1), 16)])
-            else:  # control, unknown, unused, and types llama.cpp does not know: suppressed
-                piece = b""
-            if not piece:
-                special.add(i)
-            tokens.append(piece)
+        pieces, special = info.vocab.token_pieces()
         eos = frozenset(eos_token_ids) if eos_token_ids is not None else info.end_of_generation_ids()
         if not eos:
             raise VocabularyError(f"{info.source} names no EOS token; pass eos_token_ids=")
         special |= eos
-        n = len(tokens)
-        bos = info.bos_token_id
+        n = len(pieces)
+        bos = info.vocab.bos_token_id
         return cls(
-            token_bytes=tuple(b"" if i in special else b for i, b in enumerate(tokens)),
+            token_bytes=tuple(b"" if i in special else b for i, b in enumerate(pieces)),
             eos_token_ids=eos,
             special_token_ids=frozenset(special),
             bos_token_id=bos if bos is not None and 0 <= bos < n else None,
             logits_width=logits_width,
             name=info.source.name,
-            scheme="byte-level" if byte_level else "sentencepiece",
-            _encoder=_LazyTokenizerFile(info.tokenizer_file, n, load_tokenizer_file),
+            scheme=_GGUF_SCHEMES.get((info.vocab.kind, info.vocab.escape_whitespaces), "bytes"),
+            _encoder=_GGUFEncoder(info),
         )
 
     @classmethod
@@ -577,42 +569,78 @@ class _HFEncoder:
         return self._tokenizer
 
 
-class _LazyTokenizerFile:
-    """A cached ``tokenizer.json``, loaded on first use (~0.7 s for Llama 3) so loading a vocabulary stays fast."""
+class _GGUFEncoder:
+    """llama.cpp's tokenization of a GGUF vocabulary, built on first use so loading stays fast.
 
-    def __init__(self, path: Path, size: int, loader: Callable[[Path], Any]):
-        self._path = path
-        self._size = size
-        self._loader = loader
+    Pickles as the file's path and metadata digest; the copy rebuilds its encoder from the file
+    (and refuses if the file's metadata changed since).
+    """
+
+    def __init__(self, info: Any):
+        self._info = info
+        self._state = {
+            "source": str(info.source),
+            "digest": info.digest,
+            "tokenizer_file": None if info.tokenizer_file is None else str(info.tokenizer_file),
+            "encoder_error": info.encoder_error,
+        }
         self._lock = threading.Lock()
-        self._tokenizer: Any = None
+        self._encode: Callable[[str], list[int]] | None = None
         self._hf: Any = None
 
+    def __getstate__(self) -> dict:
+        return dict(self._state)
+
+    def __setstate__(self, state: dict) -> None:
+        self._info = None
+        self._state = dict(state)
+        self._lock = threading.Lock()
+        self._encode = None
+        self._hf = None
+
+    def _vocab(self) -> Any:
+        """The ``LlamaVocab``: kept from loading, or read again after unpickling."""
+        if self._info is not None:
+            return self._info.vocab
+        from grammars.vocab.gguf_reader import read_gguf_metadata
+        from grammars.vocab.llama_vocab import LlamaVocab
+
+        meta = read_gguf_metadata(self._state["source"])
+        if meta.digest != self._state["digest"]:
+            raise VocabularyError(f"{self._state['source']} changed since this vocabulary was loaded; load it again")
+        return LlamaVocab.from_metadata(meta)
+
+    def _build(self) -> Callable[[str], list[int]]:
+        from grammars.vocab.gguf import load_tokenizer_file
+        from grammars.vocab.gguf_encode import make_encoder
+
+        if self._state["encoder_error"]:
+            raise VocabularyError(f"{self._state['source']}: cannot encode text: {self._state['encoder_error']}")
+        path = self._state["tokenizer_file"]
+
+        def load_tokenizer() -> Any:
+            try:
+                return load_tokenizer_file(Path(path))
+            except Exception as exc:  # the cache was removed or damaged since the vocabulary loaded
+                raise VocabularyError(f"cached tokenizer {path} is unreadable ({exc}); load the vocabulary again") from exc
+
+        return make_encoder(self._vocab(), load_tokenizer)
+
+    def __call__(self, text: str) -> list[int]:
+        if self._encode is None:
+            with self._lock:
+                if self._encode is None:
+                    self._encode = self._build()
+        return self._encode(text)
+
     def hf_tokenizer(self) -> Any:
+        """transformers' view of the cached ``tokenizer.json`` (None where no such file could be built)."""
+        path = self._state["tokenizer_file"]
+        if path is None:
+            return None
         with self._lock:
             if self._hf is None:
                 from transformers import AutoTokenizer
 
-                self._hf = AutoTokenizer.from_pretrained(str(self._path.parent), local_files_only=True)
+                self._hf = AutoTokenizer.from_pretrained(str(Path(path).parent), local_files_only=True)
             return self._hf
-
-    def __getstate__(self) -> dict:
-        return {"_path": self._path, "_size": self._size, "_loader": self._loader}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["_path"], state["_size"], state["_loader"])  # type: ignore[misc]
-
-    def __call__(self, text: str) -> list[int]:
-        if self._tokenizer is None:
-            with self._lock:
-                if self._tokenizer is None:
-                    try:
-                        self._tokenizer = self._loader(self._path)
-                    except Exception as exc:  # the cache was removed or damaged since the vocabulary loaded
-                        raise VocabularyError(
-                            f"cached tokenizer {self._path} is unreadable ({exc}); load the vocabulary again"
-                        ) from exc
-        ids = self._tokenizer.encode(text, add_special_tokens=False).ids
-        if any(i >= self._size for i in ids):  # pragma: no cover - the cache build drops such ids
-            raise VocabularyError(f"tokenizer {self._path} produced ids beyond the vocabulary for {text!r}")
-        return ids

@@ -17,7 +17,8 @@ def shared_env(monkeypatch, gpt2_vocab_path, maskbench_dir):
     monkeypatch.setenv("CORRAL_SHARED_DIR", str(gpt2_vocab_path.parent.parent))
 
 
-def test_generates_a_valid_value_with_an_existing_model(tiny_model_dir, capsys):
+def test_generates_a_valid_value_with_an_existing_model(tiny_model_dir, monkeypatch, capsys):
+    monkeypatch.setattr(quickstart, "start_warm_up", lambda schema: pytest.fail("warm-up without training"))
     assert quickstart.main(["--model", str(tiny_model_dir), "--max-tokens", "64"]) == 0
     out = capsys.readouterr()
     value = json.loads(out.out)  # stdout holds the value alone
@@ -39,10 +40,15 @@ def test_own_schema_file(tiny_model_dir, tmp_path, capsys):
     assert len(json.loads(capsys.readouterr().out)) >= 2
 
 
-def test_trains_a_quick_model_then_prints_a_valid_value(tmp_path, shared_env, capsys):
-    """The fresh-checkout path end to end, with a training budget of about a second."""
+def test_trains_a_quick_model_then_prints_a_valid_value(tmp_path, shared_env, monkeypatch, capsys):
+    """The fresh-checkout path end to end, with a training budget of about a second; the first
+    compile runs in a second process beside the training and succeeds."""
     model = tmp_path / "m"
+    started, real = [], quickstart.start_warm_up
+    monkeypatch.setattr(quickstart, "start_warm_up", lambda schema: started.append(real(schema)) or started[-1])
     assert quickstart.main(["--model", str(model), "--minutes", "0.02", "--max-tokens", "64"]) == 0
+    [warming] = started
+    assert warming.wait(timeout=300) == 0
     out = capsys.readouterr()
     jsonschema.validate(json.loads(out.out), quickstart.SCHEMA)
     assert_in_order(out.err, "training the tiny model (about", "trained", "compiling the schema", "generating")

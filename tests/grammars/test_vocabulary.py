@@ -1,8 +1,10 @@
 """TokenVocabulary: exact token bytes, checked against llama.cpp's tokenizer test vectors.
 
-The seven GGUF vocabularies load through the user cache (``~/.cache/corral`` or
-``$CORRAL_CACHE_DIR``): the first run converts them with transformers (about a minute in all),
-later runs take a fraction of a second each. Tests that need ``../shared`` skip without it.
+The seven GGUF vocabularies are read from their own metadata; the derived ``tokenizer.json`` is
+cached under ``~/.cache/corral`` or ``$CORRAL_CACHE_DIR`` (a few seconds each to build, about a
+second to load). llama.cpp's test vectors are run in ``test_vocab_real_files.py``, small GGUF
+files of every tokenizer model in ``test_vocab_gguf.py``. Tests that need ``../shared`` skip
+without it.
 
 The round-trip rule, as documented on ``TokenVocabulary``: for byte-level vocabularies
 ``decode(encode(text)) == text.encode()``; for SentencePiece vocabularies (llama-spm, phi-3)
@@ -25,18 +27,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grammars.errors import VocabularyError
-from grammars.vocab.gguf import CACHE_ENV_VAR, file_sha256, load_gguf_tokenizer
+from grammars.vocab.gguf import CACHE_ENV_VAR, load_gguf_tokenizer
+from grammars.vocab.gguf_reader import read_gguf_metadata
 from grammars.vocab.vocabulary import TokenVocabulary, decode_tokenizer_json
 
-# Token counts, EOS ids (llama.cpp's end-of-generation set) and BOS ids of the GGUF files.
+# Token counts, EOS ids (llama.cpp's end-of-generation set) and BOS ids of the GGUF files. llama.cpp
+# ends generation on every "</s>" (Qwen2's ordinary token 128247, Phi-3's user-defined 2) and on
+# FIM padding (StarCoder's <fim_pad>, 4), whatever the token types say.
 EXPECTED = {
     "llama-bpe": (128_256, {128001, 128009}, 128000, "byte-level"),
-    "qwen2": (151_936, {151643, 151645}, 151643, "byte-level"),
+    "qwen2": (151_936, {128247, 151643, 151645}, 151643, "byte-level"),
     "gpt-2": (50_257, {50256}, 50256, "byte-level"),
     "llama-spm": (32_000, {2}, 1, "sentencepiece"),
-    "phi-3": (32_064, {32000, 32007}, 1, "sentencepiece"),
+    "phi-3": (32_064, {2, 32000, 32007}, 1, "sentencepiece"),
     "deepseek-coder": (32_256, {32014}, 32013, "byte-level"),
-    "starcoder": (49_152, {0}, 0, "byte-level"),
+    "starcoder": (49_152, {0, 4}, 0, "byte-level"),
 }
 SEPARATOR = "\n__ggml_vocab_test__\n"
 
@@ -105,16 +110,19 @@ def test_token_bytes_spell_llama_cpp_tokenizations(gguf_vocabs, name):
     assert not wrong, f"{len(wrong)} texts spelled wrongly, first: {wrong[:3]}"
 
 
-@pytest.mark.parametrize("name", VOCAB_NAMES)
-def test_encode_matches_llama_cpp(gguf_vocabs, name):
+@pytest.mark.parametrize("name", ["gpt-2", "llama-spm", "deepseek-coder"])
+def test_saved_gguf_tokenizer_loads_through_from_pretrained(gguf_vocabs, tmp_path, name):
+    """The main route: a transformers tokenizer (here the one built from a GGUF file), saved and loaded back."""
     vocab = gguf_vocabs(name)
-    mismatches = []
-    for text, ids in llama_cpp_vectors(name):
-        got = vocab.encode(text)
-        if got != ids:
-            mismatches.append((text, ids, got))
-        assert vocab.decode(got) == expected_bytes(vocab, text), text
-    assert not mismatches, f"{len(mismatches)} of llama.cpp's tokenizations differ, first: {mismatches[:3]}"
+    vocab.hf_tokenizer.save_pretrained(str(tmp_path))
+    again = TokenVocabulary.from_pretrained(tmp_path)
+    assert again.token_bytes == vocab.token_bytes
+    assert (again.scheme, again.bos_token_id) == (vocab.scheme, vocab.bos_token_id)
+    assert again.eos_token_ids <= vocab.eos_token_ids
+    mismatches = [text for text, ids in llama_cpp_vectors(name) if again.encode(text) != ids]
+    assert not mismatches, mismatches
+    # BOS as llama.cpp adds it: SentencePiece and DeepSeek-Coder yes, GPT-2 no
+    assert (again.hf_tokenizer.encode("a")[0] == vocab.bos_token_id) == (name != "gpt-2")
 
 
 def test_hf_tokenizer_is_the_corrected_conversion(gguf_vocabs):
@@ -136,10 +144,21 @@ def test_encode_leaves_special_token_text_alone(gguf_vocabs):
 
 
 def test_user_defined_tokens_match_literally(gguf_vocabs):
-    """DeepSeek-Coder's FIM markers are user-defined: llama.cpp matches their text as one token."""
+    """User-defined tokens are their text, and llama.cpp cuts them out of the text before BPE."""
     vocab = gguf_vocabs("deepseek-coder")
-    assert vocab.token_bytes[32015] == "<｜fim▁hole｜>".encode()
-    assert vocab.encode("<｜fim▁hole｜>x")[0] == 32015
+    assert vocab.token_bytes[32000] == "õ".encode()
+    assert vocab.encode("xõy")[1] == 32000
+    qwen = gguf_vocabs("qwen2")
+    assert qwen.token_bytes[151646] == b"[PAD151646]"
+    assert qwen.encode("a[PAD151646]b") == qwen.encode("a") + [151646] + qwen.encode("b")
+
+
+def test_fim_markers_are_control_tokens(gguf_vocabs):
+    """DeepSeek-Coder's FIM markers are typed user-defined, but llama.cpp makes FIM markers control tokens."""
+    vocab = gguf_vocabs("deepseek-coder")
+    assert {32015, 32016, 32017} <= vocab.special_token_ids
+    ids = vocab.encode("<｜fim▁hole｜>x")
+    assert 32015 not in ids and vocab.decode(ids) == "<｜fim▁hole｜>x".encode()
 
 
 def test_fingerprint_stable_and_distinct(gguf_vocabs):
@@ -197,7 +216,7 @@ def test_gguf_cache_is_written_atomically_and_reused(gguf_vocabs, tmp_path, monk
     first = TokenVocabulary.from_pretrained(path)
     assert first == gguf_vocabs("llama-spm")
     entries = os.listdir(tmp_path / "tokenizers")
-    assert entries == [file_sha256(path)], entries
+    assert entries == [read_gguf_metadata(path).digest], entries
     entry = tmp_path / "tokenizers" / entries[0]
     assert {"tokenizer.json", "tokenizer_config.json", "corral-gguf.json"} <= set(os.listdir(entry))
 
