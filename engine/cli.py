@@ -9,8 +9,15 @@ Examples::
 
 Exit codes: 0 success; 1 the text was rejected (``check``) or a constrained generation hit
 ``--max-tokens`` before the constraint was complete; 2 usage or input errors (unreadable file,
-bad JSON, unsupported schema keyword, grammar syntax error, unknown sampler), with a message
-naming the file or keyword. ``--json`` prints one JSON object for scripts.
+bad JSON, unsupported schema keyword, grammar syntax error, unknown sampler, a model or
+tokenizer that does not load, a device this machine lacks, options the API refuses together),
+with one line on stderr naming the file, option or keyword — never a traceback for a user's
+mistake. ``main(argv)`` returns the code (argparse's own errors and ``--help`` included) rather
+than exiting, so it can be called in-process. ``--json`` prints one JSON object for scripts.
+
+``generate`` builds the same ``GenerationOptions`` the Python API takes, with the constraint as
+given (schema, regex, grammar), before any model loads: every check of the API applies (``--stop``
+with ``--schema``, ``--whitespace`` without it, bad sampling numbers, a device this machine lacks).
 
 Also runnable as ``python -m engine.cli``. ``bench`` runs ``python -m jsonschemabench`` in a
 subprocess (the engine package never imports the benchmark package).
@@ -19,8 +26,10 @@ subprocess (the engine package never imports the benchmark package).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import time
@@ -138,7 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["bench"]:  # everything after "bench" belongs to jsonschemabench, --help included
         args = argparse.Namespace(handler=_cmd_bench, args=argv[1:])
     else:
-        args = parser.parse_args(argv)  # exits 2 with usage on bad arguments
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # argparse printed the usage line and its error (or --help)
+            return _exit_code(exc)
     try:
         return args.handler(args)
     except UsageError as exc:
@@ -153,9 +165,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
+def _exit_code(exc: SystemExit) -> int:
+    """The code a ``SystemExit`` carries (``None`` is success; a message is an error)."""
+    if exc.code is None:
+        return EXIT_OK
+    return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+
+
 def _fail(message: str) -> int:
-    print(f"corral: error: {message}", file=sys.stderr)
+    """One line on stderr (the first of a multi-line message: tracebacks-in-disguise stay out)."""
+    lines = [line for line in message.strip().splitlines() if line.strip()]
+    print(f"corral: error: {lines[0] if lines else 'failed'}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else 'no message'}"
 
 
 # --- inputs -------------------------------------------------------------------------------------
@@ -193,11 +219,36 @@ def _constraint(args: argparse.Namespace) -> _Constraint | None:
 
 
 def _load_vocab(path: str):
+    """The tokenizer at ``path``; any failure to read it is the user's input error (exit 2)."""
     from grammars import TokenVocabulary
 
     if not Path(path).expanduser().exists():
         raise UsageError(f"tokenizer not found: {path}")
-    return TokenVocabulary.from_pretrained(path)
+    try:
+        return TokenVocabulary.from_pretrained(path)
+    except Exception as exc:  # noqa: BLE001 - a file we cannot read as a tokenizer, whatever the library raised
+        raise UsageError(f"cannot load tokenizer {path}: {_first_line(exc)}") from None
+
+
+def _load_model(args: argparse.Namespace):
+    """The model and its vocabulary for ``generate``; a model or tokenizer that does not load is exit 2."""
+    from engine.generate import load_model, load_vocabulary
+
+    model_path = Path(args.model).expanduser()
+    if not model_path.exists() and (args.model.startswith((".", "/", "~")) or model_path.suffix):
+        raise UsageError(f"model folder not found: {args.model}")
+    if args.tokenizer is not None and not Path(args.tokenizer).expanduser().exists():
+        raise UsageError(f"tokenizer not found: {args.tokenizer}")
+    try:
+        lm, tok_source = load_model(args.model, args.tokenizer, device=args.device, dtype=args.dtype)
+    except Exception as exc:  # noqa: BLE001 - a folder (or hub id) we cannot load as a model
+        raise UsageError(f"cannot load model {args.model}: {_first_line(exc)}") from None
+    if isinstance(tok_source, str) and not Path(tok_source).expanduser().exists():
+        raise UsageError(f"tokenizer not found: {tok_source}")
+    try:
+        return lm, load_vocabulary(tok_source, lm)
+    except Exception as exc:  # noqa: BLE001 - as above, for the tokenizer
+        raise UsageError(f"cannot load tokenizer {tok_source}: {_first_line(exc)}") from None
 
 
 def _compile(compiler, constraint: _Constraint, whitespace: str | None):
@@ -222,35 +273,62 @@ def _describe_error(exc: Exception, constraint: _Constraint) -> str:
 # --- commands -----------------------------------------------------------------------------------
 
 
+def _generation_options(args: argparse.Namespace, constraint: _Constraint | None):
+    """``GenerationOptions`` for the command line, checked as the API checks them, before any model loads."""
+    from engine.generate import GenerationOptions
+    from grammars import GrammarError, parse_gbnf, parse_lark, parse_regex
+
+    given: dict[str, Any] = {}
+    try:  # grammar text is parsed here, so that a syntax error is reported before a model loads
+        if constraint is None:
+            pass
+        elif constraint.kind == "lark":
+            given["grammar"] = parse_lark(constraint.value, source=constraint.source)
+        elif constraint.kind == "gbnf":
+            given["grammar"] = parse_gbnf(constraint.value, source=constraint.source)
+        elif constraint.kind == "regex":
+            parse_regex(constraint.value)
+            given["regex"] = constraint.value
+        else:
+            given["schema"] = constraint.value
+    except GrammarError as exc:
+        raise UsageError(_describe_error(exc, constraint)) from None
+    try:
+        return GenerationOptions(
+            **given, whitespace=args.whitespace, sampler=args.sampler, max_tokens=args.max_tokens,
+            temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+            stop=args.stop or None, chat_template=args.chat_template, device=args.device, dtype=args.dtype,
+            progress=True,  # a tqdm bar on stderr, hidden when stderr is not a terminal
+        )
+    except (ValueError, TypeError) as exc:
+        raise UsageError(_option_names(str(exc))) from None
+
+
+def _option_names(message: str) -> str:
+    """An API message in command-line terms: ``stop=`` is ``--stop`` here."""
+    message = message.replace("chat_template=True", "--chat-template")
+    return re.sub(r"\b(schema|regex|grammar|stop|whitespace|max_tokens|top_p|top_k|temperature|seed|device|dtype|"
+                  r"sampler)=(?=[\s:,.;)]|$)", lambda m: "--" + m.group(1).replace("_", "-"), message)
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from engine.generate import GenerationOptions, generate_batch, load_model, load_vocabulary
-    from grammars import Compiler, GrammarError, TokenVocabulary
+    from engine.generate import generate_batch
+    from grammars import Compiler, GrammarError
 
     constraint = _constraint(args)
     if args.max_tokens < 1:
         raise UsageError(f"--max-tokens must be >= 1, got {args.max_tokens}")
-    model_path = Path(args.model).expanduser()
-    if not model_path.exists() and (args.model.startswith((".", "/", "~")) or model_path.suffix):
-        raise UsageError(f"model folder not found: {args.model}")
-    lm, tok_source = load_model(args.model, args.tokenizer, device=args.device, dtype=args.dtype)
-    if isinstance(tok_source, str) and not Path(tok_source).expanduser().exists():
-        raise UsageError(f"tokenizer not found: {tok_source}")
-    vocab = load_vocabulary(tok_source, lm)
-    assert isinstance(vocab, TokenVocabulary)
-    compiler = Compiler(vocab)
-    grammar = None
-    if constraint is not None:
-        try:
-            grammar = _compile(compiler, constraint, args.whitespace)
-        except GrammarError as exc:
-            raise UsageError(_describe_error(exc, constraint)) from None
-    options = GenerationOptions(
-        grammar=grammar, tokenizer=vocab, compiler=compiler, sampler=args.sampler, max_tokens=args.max_tokens,
-        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed, stop=args.stop or None,
-        chat_template=args.chat_template,
-        progress=True,  # a tqdm bar on stderr, hidden when stderr is not a terminal
-    )
-    [result] = generate_batch([args.prompt], model=lm, options=options)
+    options = _generation_options(args, constraint)
+    lm, vocab = _load_model(args)
+    options = dataclasses.replace(options, tokenizer=vocab, compiler=Compiler(vocab), device=None, dtype=None)
+    try:
+        [result] = generate_batch([args.prompt], model=lm, options=options)
+    except GrammarError as exc:
+        if constraint is None:
+            raise
+        raise UsageError(_describe_error(exc, constraint)) from None
+    except (ValueError, TypeError) as exc:
+        raise UsageError(_option_names(f"{type(exc).__name__}: {exc}")) from None
     incomplete = constraint is not None and result.finish_reason == "length"
     if args.json:
         print(json.dumps({

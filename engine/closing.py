@@ -3,7 +3,18 @@
 A length-limited constrained generation should never stop mid-value when it could have closed
 in time. The decoder asks ``ClosingPlanner.tokens_to_close(matcher)`` — the tokens needed to
 reach an accepting state *plus one for EOS* — and, when the remaining budget gets close to it,
-only accepts sampled tokens after which a completion still fits (``engine.decoding``).
+only admits tokens after which a completion still fits (``engine.decoding``).
+
+``BudgetClosing`` states that rule as a condition on the next token, and ``narrow(matcher)``
+hands it to samplers as a ``samplers.NarrowedMatcher``: the closing is then one more constraint
+each sampler draws from by its own rules (masked sampling renormalises over the admitted tokens,
+AWRS and SMC weigh them, ASAp records the refused ones in its trie), never an override of a
+sampler's choice behind its back. The condition at a state ``s`` with ``r`` tokens left, EOS
+included: when the shortest completion from ``s`` fits ``r`` (and ``r`` is within the horizon,
+if one is set), a token ``t`` is admitted when the completion from ``s·t`` fits ``r − 1``, and
+the first token of ``s``'s own shortest completion always is — so the admitted set is never
+empty and following it closes in time. Otherwise (an impossible budget) everything is admitted.
+It depends on the state and the position only, so forks, retries and learnt state agree.
 
 The answer comes from ``grammars.Matcher.shortest_completion``: the fewest *bytes* that finish,
 found exactly from the grammar's structure (no text search, so no state budget to run out of
@@ -22,8 +33,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from grammars import TokenVocabulary
+from samplers.narrowing import NarrowedMatcher
 
-__all__ = ["ClosingPlanner", "Completion"]
+__all__ = ["ClosingPlanner", "Completion", "BudgetClosing"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +109,50 @@ class ClosingPlanner:
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return found
+
+
+class BudgetClosing:
+    """Budget-aware closing as a condition on the next token (see the module docstring).
+
+    ``limit``: the ``num_consumed`` at which the budget is spent (a matcher's count at the start
+    plus ``max_tokens``); ``horizon``: steer only once at most this many tokens are left
+    (``None``: from the first step). Not thread-safe (the planner is not).
+    """
+
+    def __init__(self, planner: ClosingPlanner, limit: int, *, horizon: int | None = None, lazy_checks: int = 16):
+        self.planner = planner
+        self.limit = int(limit)
+        self.horizon = horizon
+        self.lazy_checks = int(lazy_checks)
+
+    def remaining(self, matcher) -> int:
+        """Tokens left in the budget at ``matcher``'s position, EOS included."""
+        return self.limit - matcher.num_consumed
+
+    def steers(self, matcher) -> bool:
+        """Whether closing narrows the next token here: the completion fits and the horizon is reached."""
+        remaining = self.remaining(matcher)
+        if self.horizon is not None and remaining > self.horizon:
+            return False
+        return bool(self.planner.fits(matcher, remaining))
+
+    def admits(self, matcher, token: int) -> bool:
+        """Whether ``token`` (allowed by ``matcher``, not EOS) keeps a completion within the budget."""
+        if not self.steers(matcher):
+            return True
+        found = self.planner.completion(matcher)
+        if found is not None and found.tokens and found.tokens[0] == token:
+            return True  # the planner's own way to close: always admitted, so something always is
+        remaining = self.remaining(matcher)
+        matcher.advance(token)
+        try:
+            return bool(self.planner.fits(matcher, remaining - 1))
+        finally:
+            matcher.rollback(1)
+
+    def narrow(self, matcher) -> NarrowedMatcher:
+        """``matcher`` under this condition, for a sampler's draw (or a whole SMC run)."""
+        return NarrowedMatcher(matcher, self.admits, self.planner.vocab, lazy_checks=self.lazy_checks)
 
 
 _SPELLS_EVERY_BYTE: dict[tuple[int, frozenset], tuple[object, bool]] = {}

@@ -30,14 +30,21 @@ Guarantees:
   remaining budget is within ``N`` tokens) asks a ``ClosingPlanner`` for ``U``: the tokens (EOS
   included) of the shortest completion from the row's state (``Matcher.shortest_completion``:
   the fewest bytes that finish, in the fewest tokens — achievable, exact for byte vocabularies).
-  While ``U <= remaining`` the loop only accepts a sampled token after which a completion still
-  fits (``U(after) <= remaining - 1``): rejected tokens get ``-inf`` and the sampler draws again
-  — rejection sampling from the distribution renormalised over the tokens that fit; after
-  ``max_rejections`` rejections it takes the first token of the planner's completion. That token
-  always fits, so once ``U`` fits the row closes in time: with the default (no horizon) a
-  length-limited value comes back complete whenever the start state's completion fits the
-  budget. When none fits (an impossible budget) the row runs unchanged to ``"length"``. Cost:
-  one shortest-completion query per new state, cached per state by the planner.
+  While ``U <= remaining`` the sampler draws from the row's matcher *narrowed* by
+  ``engine.closing.BudgetClosing``: only tokens after which a completion still fits
+  (``U(after) <= remaining - 1``), and the first token of the planner's completion, are
+  admitted. Every sampler draws from that narrowed constraint by its own rules
+  (``samplers.narrowing``): the masked sampler and ASAp draw from the grammar mask and ask about
+  the drawn token only, drawing again without refused ones — rejection sampling from the
+  distribution renormalised over the admitted tokens — and compute the exact narrowed mask after
+  ``max_rejections`` refusals; AWRS checks single tokens anyway. The admitted set is never empty
+  and following it closes in time, so with the default (no horizon) a length-limited value comes
+  back complete whenever the start state's completion fits the budget. When none fits (an
+  impossible budget) the row runs unchanged to ``"length"``. ``budget_steered`` counts the steps
+  at which the narrowing refused a token the sampler asked about. Cost: one shortest-completion
+  query per new state, cached per state by the planner. A learning sampler (ASAp) learns the
+  narrowed constraint, which depends on the budget: key its runs by the budget too (``generate``
+  does).
 * **Forced tokens** (jump-forward): when ``Matcher.forced_tokens()`` is non-empty its tokens are
   appended without sampling. They are canonical by construction: each one is the *only* token
   the mask allows at its step, so every tokenization of every valid continuation starts with
@@ -58,14 +65,22 @@ from typing import Literal
 import numpy as np
 import torch
 
-from engine.closing import ClosingPlanner
+from engine.closing import BudgetClosing, ClosingPlanner
 from engine.lm import LanguageModel
 from grammars import TokenVocabulary, UnconstrainedMatcher, allocate_token_bitmask
 from grammars.bitmask import pack_bool
-from samplers import Draw, NoAllowedToken, SamplingParams, SamplingRun, apply_token_bitmask_inplace
-from samplers import sample_categorical  # the draw MaskedSampler makes; see _Loop._draw
+from samplers import (
+    Draw,
+    NoAllowedToken,
+    SamplingParams,
+    SamplingRun,
+    apply_token_bitmask_inplace,
+    sample_categorical,  # the draw MaskedSampler makes; see _Loop._draw
+)
 from samplers.base import process_logits
 from samplers.kernels import disallow_tokens_inplace
+from samplers.masked import masked_draw
+from samplers.narrowing import NarrowedMatcher
 
 __all__ = ["FinishReason", "DecodeOptions", "SequenceOutput", "decode"]
 
@@ -84,6 +99,7 @@ class DecodeOptions:
     premask: bool = True
     budget_closing: bool = True
     closing_horizon: int | None = None
+    #: refused draws under budget-aware closing before the exact narrowed mask is computed
     max_rejections: int = 16
     #: Unconstrained rows never draw EOS and run to ``max_tokens`` (throughput baselines).
     ignore_eos: bool = False
@@ -123,6 +139,7 @@ class _Row:
     run: SamplingRun
     generator: torch.Generator | None
     constrained: bool
+    closing: BudgetClosing | None = None
     tokens: list[int] = field(default_factory=list)
     text: bytearray = field(default_factory=bytearray)
     finish: FinishReason | None = None
@@ -152,12 +169,16 @@ def decode(
     row ``i``'s draws. ``planner`` enables budget-aware closing (``options.budget_closing``).
     ``on_tokens(n)`` is called with the number of tokens each step added (progress bars).
 
-    Raises ``NoAllowedToken`` if a grammar allows no token in a non-terminated state, and
-    ``grammars.TokenRejected`` if a sampler returns a token outside the mask.
+    Raises ``NoAllowedToken`` if a grammar allows no token in a non-terminated state,
+    ``grammars.TokenRejected`` if a sampler returns a token outside the mask, and ``ValueError``
+    for ``fast_forward`` with a run that must draw every token (ASAp).
     """
     n = len(prompts)
     if not (len(matchers) == len(runs) == len(generators) == n):
         raise ValueError("prompts, matchers, runs and generators must have the same length")
+    if options.fast_forward and any(getattr(run, "draws_every_token", False) for run in runs):
+        raise ValueError("fast_forward=True cannot be used with a sampler that must draw every token (ASAp): "
+                         "forced tokens would bypass it; pass fast_forward=False")
     if lm.logits_width < vocab.size:
         raise ValueError(
             f"the model scores {lm.logits_width} tokens but the tokenizer has {vocab.size}: "
@@ -168,11 +189,12 @@ def decode(
             f"vocabulary logits_width {vocab.logits_width} != model logits_width {lm.logits_width}; "
             "build the vocabulary with logits_width=lm.logits_width (padded output layers)"
         )
-    rows = [
-        _Row(list(p), m, r, g, constrained=not isinstance(m, UnconstrainedMatcher))
-        for p, m, r, g in zip(prompts, matchers, runs, generators)
-    ]
-    loop = _Loop(lm, vocab, options, planner if options.budget_closing else None, on_tokens)
+    closing = planner if options.budget_closing else None
+    rows = []
+    for p, m, r, g in zip(prompts, matchers, runs, generators):
+        constrained = not isinstance(m, UnconstrainedMatcher)
+        rows.append(_Row(list(p), m, r, g, constrained, _closing(closing, m, options) if constrained else None))
+    loop = _Loop(lm, vocab, options, on_tokens)
     loop.run(rows)
     return [
         SequenceOutput(
@@ -189,12 +211,19 @@ def decode(
     ]
 
 
+def _closing(planner: ClosingPlanner | None, matcher, options: DecodeOptions) -> BudgetClosing | None:
+    """The row's budget-aware closing rule (``None``: closing off or no planner)."""
+    if planner is None:
+        return None
+    return BudgetClosing(planner, matcher.num_consumed + options.max_tokens, horizon=options.closing_horizon,
+                         lazy_checks=options.max_rejections)
+
+
 class _Loop:
-    def __init__(self, lm, vocab: TokenVocabulary, options: DecodeOptions, planner, on_tokens):
+    def __init__(self, lm, vocab: TokenVocabulary, options: DecodeOptions, on_tokens):
         self.lm = lm
         self.vocab = vocab
         self.opt = options
-        self.planner = planner
         self.on_tokens = on_tokens
         self.eos = vocab.eos_token_ids
         eos_bool = np.zeros(vocab.logits_width, dtype=bool)
@@ -271,27 +300,22 @@ class _Loop:
         return keep
 
     def _choose(self, row: _Row, logits: torch.Tensor) -> Draw:
-        remaining = self.opt.max_tokens - len(row.tokens)
-        horizon = self.opt.closing_horizon
-        steer = (self.planner is not None and row.constrained and (horizon is None or remaining <= horizon)
-                 and bool(self.planner.fits(row.matcher, remaining)))
-        if not steer:
+        """The row's next token: from its matcher, narrowed by budget-aware closing when it steers."""
+        if row.closing is None or not row.closing.steers(row.matcher):
             return self._draw(row, logits)
-        rejections = 0
-        while rejections <= self.opt.max_rejections:
-            try:
-                draw = self._draw(row, logits)
-            except NoAllowedToken:
-                break
-            if self._fits(row, draw.token, remaining):
-                row.steered += rejections > 0
-                return draw
-            rejections += 1
-            disallow_tokens_inplace(logits, draw.token)
-        row.steered += 1
-        found = self.planner.completion(row.matcher)  # it fits (steer), so it exists
-        token = found.tokens[0] if found is not None and found.tokens else min(self.eos)
-        return Draw(token=token)
+        narrowed = row.closing.narrow(row.matcher)
+        try:
+            draw = self._draw_narrowed(row, logits, narrowed)
+        except NoAllowedToken:  # the model gives every admitted token zero probability: closing gives up
+            return self._draw(row, logits)
+        row.steered += narrowed.refusals > 0
+        return draw
+
+    def _draw_narrowed(self, row: _Row, logits: torch.Tensor, narrowed: NarrowedMatcher) -> Draw:
+        params = self.opt.direct_params
+        if params is None:
+            return row.run.draw(logits, narrowed, row.generator)
+        return Draw(token=masked_draw(logits, narrowed, params, row.generator))  # what MaskedSampler draws
 
     def _draw(self, row: _Row, logits: torch.Tensor) -> Draw:
         params = self.opt.direct_params
@@ -308,17 +332,6 @@ class _Loop:
         probs = torch.softmax(process_logits(scores, params), dim=-1)
         # the same ops as MaskedSampler.draw minus its second masking; a test pins the equivalence
         return Draw(token=sample_categorical(probs, row.generator))
-
-    def _fits(self, row: _Row, token: int, remaining: int) -> bool:
-        if token in self.eos:
-            return True
-        if not row.matcher.allows(token):
-            return True  # let advance() report the sampler's mistake
-        row.matcher.advance(token)
-        try:
-            return bool(self.planner.fits(row.matcher, remaining - 1))
-        finally:
-            row.matcher.rollback(1)
 
     def _append(self, row: _Row, draw: Draw, elapsed: float) -> int:
         """Consume a drawn token (and any forced ones after it); returns tokens added."""

@@ -36,10 +36,17 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
-from engine.closing import ClosingPlanner
+from engine.closing import BudgetClosing, ClosingPlanner
 from engine.decoding import DecodeOptions, FinishReason, decode
-from engine.lm import HFCausalLM, LanguageModel
-from grammars import CompiledGrammar, Compiler, EmptyLanguageError, Grammar, TokenVocabulary, UnconstrainedMatcher
+from engine.lm import HFCausalLM, LanguageModel, resolve_dtype, resolve_device
+from grammars import (
+    CompiledGrammar,
+    Compiler,
+    EmptyLanguageError,
+    Grammar,
+    TokenVocabulary,
+    UnconstrainedMatcher,
+)
 from samplers import MaskedSampler, SamplingParams, TokenSampler
 
 __all__ = [
@@ -79,9 +86,10 @@ class GenerationResult:
     ``first_token_s`` (decode start to this row's first token, prefill included) and
     ``per_token_s`` (one entry per decoding step of this row; ``mean_token_s`` averages them).
     ``forced_tokens`` counts tokens appended without sampling, ``budget_steered`` steps where
-    budget-aware closing overrode the sampler's first choice, ``log_weight`` the sampler's importance weight
-    (for SMC: the log marginal-likelihood estimate ``log_ml``; ``nan`` for a sampler that does not
-    estimate one, ``AWRS(weight=False)``).
+    budget-aware closing refused a token the sampler asked about (the sampler then drew among the
+    tokens that still close in time), ``log_weight`` the sampler's importance weight (for SMC: the
+    log marginal-likelihood estimate ``log_ml``; ``nan`` for a sampler that does not estimate one,
+    ``AWRS(weight=False)``, and for SMC at ``temperature=0``, which decodes greedily).
     """
 
     text: str
@@ -149,8 +157,10 @@ class GenerationOptions:
 
     The loop: ``max_tokens`` bounds generated tokens, EOS included; ``stop`` — stop strings (not
     with ``schema``, whose grammar decides the end); ``fast_forward`` — append forced tokens
-    without sampling (default: on for the masked sampler); ``budget_closing`` — steer to close
-    the constraint before ``max_tokens`` runs out (see ``engine.decoding``); ``ignore_eos`` —
+    without sampling (default: on for the masked sampler; refused for ASAp, which must draw every
+    token); ``budget_closing`` — steer to close the constraint before ``max_tokens`` runs out
+    (see ``engine.decoding``; every sampler, SMC included, then draws from the constraint narrowed
+    to what still closes in time, and ASAp's state is keyed by the budget too); ``ignore_eos`` —
     unconstrained rows never end on EOS and produce exactly ``max_tokens`` tokens (throughput
     baselines; a grammar still decides where constrained rows end); ``progress`` — a tqdm bar on
     stderr.
@@ -183,6 +193,16 @@ class GenerationOptions:
             raise ValueError(f"pass at most one constraint; got {' and '.join(given)}")
         if self.regex is not None and not isinstance(self.regex, str):
             raise TypeError(f"regex must be a str, got {type(self.regex).__name__}")
+        if self.schema is not None and not _is_schema(self.schema):
+            raise TypeError(f"schema must be a dict, a bool, JSON text or a Pydantic model class; "
+                            f"got {type(self.schema).__name__}")
+        if self.compiler is not None and not isinstance(self.compiler, Compiler):
+            raise TypeError(f"compiler must be a grammars.Compiler, got {type(self.compiler).__name__}")
+        for name in ("chat_template", "budget_closing", "ignore_eos", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+        if self.fast_forward is not None and not isinstance(self.fast_forward, bool):
+            raise TypeError(f"fast_forward must be a bool or None, got {type(self.fast_forward).__name__}")
         if self.grammar is not None and not isinstance(self.grammar, (str, Grammar, CompiledGrammar)):
             raise TypeError(f"grammar must be GBNF text, a grammars.Grammar or a CompiledGrammar; "
                             f"got {type(self.grammar).__name__}")
@@ -193,6 +213,16 @@ class GenerationOptions:
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
         _ = self.sampling_params  # SamplingParams checks temperature, top_p and top_k
+        _check_sampler(self.sampler)
+        if self.device is not None:
+            resolve_device(self.device)  # "cuda" without CUDA: an argument error, before any model loads
+        if self.dtype is not None:
+            resolve_dtype(self.dtype)
+        if self.seed is not None and not isinstance(self.seed, (str, bytes)) and not isinstance(self.seed, int):
+            for one in self.seed:
+                _check_seed(one)
+        elif self.seed is not None:
+            _check_seed(self.seed)
 
     @classmethod
     def of(cls, options: GenerationOptions | None, settings: dict[str, Any], caller: str) -> GenerationOptions:
@@ -217,6 +247,23 @@ class GenerationOptions:
 
 
 _OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(GenerationOptions))
+
+
+def _check_sampler(sampler: Any) -> None:
+    """A sampler name we know, or an instance with ``start`` or ``run`` (checked without importing it)."""
+    if isinstance(sampler, str):
+        if sampler.lower() not in _NAMED_SAMPLERS:
+            raise ValueError(f"unknown sampler {sampler!r}; choose one of {sorted(_NAMED_SAMPLERS)} or pass an instance")
+    elif not (callable(getattr(sampler, "start", None)) or callable(getattr(sampler, "run", None))):
+        raise TypeError(f"sampler must be a name or an object with start(key) (TokenSampler) or "
+                        f"run(logits_fn, matcher, ...) (SequenceSampler); got {type(sampler).__name__}")
+
+
+def _is_schema(schema: Any) -> bool:
+    """What ``compile_json_schema`` takes: a dict, a bool, JSON text or a Pydantic model class."""
+    if isinstance(schema, (dict, bool, str, bytes, bytearray)):
+        return True
+    return isinstance(schema, type) and callable(getattr(schema, "model_json_schema", None))
 
 
 def _takes_options(func):
@@ -288,17 +335,19 @@ def generate_batch(
     def new_matcher():
         return compiled.matcher() if compiled is not None else UnconstrainedMatcher(vocab)
 
+    planner = ClosingPlanner(vocab) if opts.budget_closing and compiled is not None else None
     if isinstance(resolved, SequenceSampler) and not isinstance(resolved, TokenSampler):
         if opts.stop_strings:
             raise ValueError("stop= is not supported with a sequence-level sampler (SMC); use a token sampler")
         return [
-            _run_sequence_sampler(resolved, lm, vocab, ids, new_matcher(), gen, opts.max_tokens, opts.schema, compile_s)
+            _run_sequence_sampler(resolved, lm, vocab, ids, _closed(new_matcher(), planner, opts.max_tokens), gen,
+                                  opts.max_tokens, opts.schema, compile_s)
             for ids, gen in zip(prompt_ids, generators)
         ]
 
     matchers = [new_matcher() for _ in prompts]
-    runs = [resolved.start(_sampler_key(p, compiled)) for p in prompt_ids]
-    planner = ClosingPlanner(vocab) if opts.budget_closing and compiled is not None else None
+    budget = opts.max_tokens if planner is not None else None
+    runs = [resolved.start(_sampler_key(p, compiled, budget)) for p in prompt_ids]
     bar = _progress_bar(opts.progress, total=opts.max_tokens * len(prompts))
     try:
         outputs = decode(
@@ -312,6 +361,13 @@ def generate_batch(
         _result(out.text, out.token_ids, out.finish_reason, opts.schema, ids, compile_s, out)
         for out, ids in zip(outputs, prompt_ids)
     ]
+
+
+def _closed(matcher: Any, planner: ClosingPlanner | None, max_tokens: int) -> Any:
+    """The start matcher of a sequence-level sampler, narrowed by budget-aware closing when it is on."""
+    if planner is None:
+        return matcher
+    return BudgetClosing(planner, matcher.num_consumed + max_tokens).narrow(matcher)
 
 
 def _decode_options(opts: GenerationOptions, sampler: Any) -> DecodeOptions:
@@ -512,13 +568,28 @@ def _stop_strings(stop: Any) -> tuple[str, ...]:
     return stops
 
 
+#: the seeds ``torch.Generator.manual_seed`` takes
+_SEED_RANGE = (-(2**63), 2**64 - 1)
+
+
+def _check_seed(seed: Any) -> None:
+    """One seed: an int that ``torch.Generator.manual_seed`` takes (``TypeError``/``ValueError``)."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, a list of ints or None, got {type(seed).__name__} {seed!r}")
+    low, high = _SEED_RANGE
+    if not low <= seed <= high:
+        raise ValueError(f"seed {seed} is out of range: torch seeds are in [{low}, {high}]")
+
+
 def _seeds(seed: Any, n: int) -> list[int | None]:
     if seed is None:
         return [None] * n
     if isinstance(seed, bool):
         raise TypeError("seed must be an int, a list of ints or None")
     if isinstance(seed, int):
-        return [seed + i for i in range(n)]
+        seeds = [seed + i for i in range(n)]
+        _check_seed(seeds[-1])
+        return seeds
     seeds = list(seed)
     if len(seeds) != n or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise ValueError(f"seed must be an int or a list of {n} ints (one per prompt), got {seed!r}")
@@ -562,13 +633,17 @@ def _adds_bos(vocab: TokenVocabulary) -> bool:
     return bool(ids) and ids[0] == vocab.bos_token_id
 
 
-def _sampler_key(prompt_ids: list[int], compiled: CompiledGrammar | None) -> Hashable:
-    """What a learning sampler (ASAp) keys its state by: the prompt and the constraint's content.
+def _sampler_key(prompt_ids: list[int], compiled: CompiledGrammar | None, budget: int | None = None) -> Hashable:
+    """What a learning sampler (ASAp) keys its state by: the prompt, the constraint's content and
+    the token budget when budget-aware closing narrows the constraint (``budget``).
 
     ``compiled.key`` (IR + vocabulary fingerprint), not ``id(compiled)``: a plain ``generate``
-    call compiles afresh, and a collected grammar hands its ``id()`` on to the next object.
+    call compiles afresh, and a collected grammar hands its ``id()`` on to the next object. The
+    budget belongs to the key because closing is part of the constraint ASAp learns: a prefix
+    with no future under 12 tokens may well have one under 256.
     """
-    return (tuple(prompt_ids), None if compiled is None else compiled.key)
+    key = (tuple(prompt_ids), None if compiled is None else compiled.key)
+    return key if budget is None else key + (("budget", budget),)
 
 
 def _parse_value(text: str, schema: Any) -> Any:

@@ -33,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["LanguageModel", "HFCausalLM", "ScriptedLM", "check_prefixes"]
+__all__ = ["LanguageModel", "HFCausalLM", "ScriptedLM", "check_prefixes", "resolve_device", "resolve_dtype"]
 
 
 @runtime_checkable
@@ -190,9 +190,9 @@ class HFCausalLM:
             kind = type(model).__name__
             raise TypeError(f"HFCausalLM needs a transformers causal LM (a PreTrainedModel), got {kind}")
         if dtype is not None:
-            model = model.to(dtype=_as_dtype(dtype))
+            model = model.to(dtype=resolve_dtype(dtype))
         if device is not None:
-            model = model.to(device)
+            model = model.to(resolve_device(device))
         self.model = model.eval()
         self.use_cache = use_cache
         self.pad_token_id = int(pad_token_id)
@@ -214,9 +214,11 @@ class HFCausalLM:
         """Load with ``AutoModelForCausalLM.from_pretrained(path, ...)`` (a folder or a hub id)."""
         from transformers import AutoModelForCausalLM
 
+        if device is not None:
+            resolve_device(device)  # before loading: a bad device is the caller's error, found at once
         load_kwargs = dict(kwargs)
         if dtype is not None:
-            load_kwargs["dtype"] = _as_dtype(dtype)
+            load_kwargs["dtype"] = resolve_dtype(dtype)
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=local_files_only, **load_kwargs)
         return cls(model, device=device)
 
@@ -387,10 +389,57 @@ def _output_width(model: Any) -> int:
     return size
 
 
-def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
+def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """A floating ``torch.dtype`` from a dtype or its name (``"bfloat16"``, ``"torch.float16"``)."""
     if isinstance(dtype, torch.dtype):
-        return dtype
-    value = getattr(torch, str(dtype).replace("torch.", ""), None)
-    if not isinstance(value, torch.dtype):
-        raise ValueError(f"unknown dtype {dtype!r}; use e.g. 'float32', 'bfloat16' or 'float16'")  # noqa: TRY004
+        value = dtype
+    elif isinstance(dtype, str):
+        value = getattr(torch, dtype.replace("torch.", ""), None)
+        if not isinstance(value, torch.dtype):
+            raise ValueError(f"unknown dtype {dtype!r}; use e.g. 'float32', 'bfloat16' or 'float16'")  # noqa: TRY004
+    else:
+        raise TypeError(f"dtype must be a torch.dtype or its name, got {type(dtype).__name__}")
+    if not value.is_floating_point:
+        raise ValueError(f"dtype {dtype!r} is not a floating type; a model runs in e.g. float32 or bfloat16")
     return value
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``device`` as a ``torch.device`` this machine has, else ``ValueError`` saying why.
+
+    Checked before a model is loaded or moved, so ``"cuda"`` without CUDA (or a misspelt device)
+    is an argument error, not an ``AssertionError`` from deep inside torch.
+    """
+    if isinstance(device, str):
+        try:
+            resolved = torch.device(device)
+        except RuntimeError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else "not a device"
+            raise ValueError(f"unknown device {device!r}: {first}") from None
+    elif isinstance(device, torch.device):
+        resolved = device
+    else:
+        raise TypeError(f"device must be a str (e.g. 'cpu', 'cuda:0') or a torch.device, got {type(device).__name__}")
+    if resolved.type == "cpu":
+        return resolved
+    count = _device_count(resolved.type)
+    if count == 0:
+        raise ValueError(f"device {str(device)!r} is not available on this machine (torch finds no "
+                         f"{resolved.type} device); run on 'cpu' instead")
+    if resolved.index is not None and resolved.index >= count:
+        raise ValueError(f"device {str(device)!r} is not available: this machine has {count} {resolved.type} device(s)")
+    return resolved
+
+
+def _device_count(kind: str) -> int:
+    """How many devices of ``kind`` torch can use here (0 for kinds that hold no data, like ``meta``)."""
+    if kind == "cuda":
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if kind == "mps":
+        return int(torch.backends.mps.is_available())
+    backend = getattr(torch, kind, None)
+    available = getattr(backend, "is_available", None)
+    if not callable(available) or not available():
+        return 0
+    counter = getattr(backend, "device_count", None)
+    return int(counter()) if callable(counter) else 1

@@ -11,14 +11,29 @@ import numpy as np
 __all__ = ["allocate_token_bitmask", "mask_words", "pack_bool", "unpack_bits", "bit_is_set"]
 
 
+def _size(value: object, name: str, where: str, least: int) -> int:
+    """An int argument ``>= least`` (``bool`` and floats refused: a size of ``2.5`` is a bug upstream)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{where}: {name} must be an int, got {type(value).__name__} {value!r}")
+    if value < least:
+        raise ValueError(f"{where}: {name} must be >= {least}, got {int(value)}")
+    return int(value)
+
+
 def mask_words(logits_width: int) -> int:
     """Number of int32 words for ``logits_width`` tokens."""
-    return (int(logits_width) + 31) // 32
+    return (_size(logits_width, "logits_width", "mask_words", 0) + 31) // 32
 
 
 def allocate_token_bitmask(batch_size: int, logits_width: int) -> np.ndarray:
-    """A zeroed ``int32[batch_size, ceil(logits_width / 32)]`` array for ``Matcher.fill_mask``."""
-    return np.zeros((int(batch_size), mask_words(logits_width)), dtype=np.int32)
+    """A zeroed ``int32[batch_size, ceil(logits_width / 32)]`` array for ``Matcher.fill_mask``.
+
+    Raises ``TypeError`` for a size that is not an int and ``ValueError`` for a negative batch
+    or a width below 1.
+    """
+    rows = _size(batch_size, "batch_size", "allocate_token_bitmask", 0)
+    width = _size(logits_width, "logits_width", "allocate_token_bitmask", 1)
+    return np.zeros((rows, (width + 31) // 32), dtype=np.int32)
 
 
 def pack_bool(allowed: np.ndarray, logits_width: int) -> np.ndarray:
@@ -38,4 +53,5 @@ def unpack_bits(words: np.ndarray, logits_width: int) -> np.ndarray:
 
 
 def bit_is_set(words: np.ndarray, token: int) -> bool:
+    """Whether bit ``token`` of packed ``words`` is set (``token`` in range: a hot path, unchecked)."""
     return bool((int(words[token >> 5]) >> (token & 31)) & 1)

@@ -28,6 +28,7 @@ from grammars.masks.token_walk import WalkCache
 from grammars.matcher import Matcher
 from grammars.vocab.gguf import default_cache_root
 from grammars.vocab.trie import TokenTrie
+from grammars.vocab.vocabulary import TokenVocabulary
 
 __all__ = [
     "Compiler",
@@ -108,6 +109,44 @@ class CompiledGrammar:
         return f"CompiledGrammar(start={self.grammar.start!r}, terminals={self.n_terminals}, productions={self.n_productions})"
 
 
+# --- argument checks: every entry point names the parameter it refuses --------------------------
+
+
+def _require(value: object, kinds: type | tuple[type, ...], what: str, where: str) -> None:
+    """``TypeError`` naming ``where`` and the parameter unless ``value`` is one of ``kinds``
+    (``bool`` only where asked for by name: ``True`` is an ``int`` but never a size)."""
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise TypeError(f"{where}: {what}, got {type(value).__name__}")
+
+
+def _is_pydantic_model(schema: object) -> bool:
+    return isinstance(schema, type) and callable(getattr(schema, "model_json_schema", None))
+
+
+def _check_schema(schema: object, where: str) -> None:
+    """A schema is a dict, a bool, JSON text (str or UTF-8 bytes) or a Pydantic model class."""
+    if not (isinstance(schema, (dict, bool, str, bytes, bytearray)) or _is_pydantic_model(schema)):
+        raise TypeError(f"{where}: schema must be a dict, a bool, JSON text or a Pydantic model class, "
+                        f"got {type(schema).__name__}")
+
+
+def _check_vocab(vocab: object, where: str) -> None:
+    _require(vocab, TokenVocabulary, "vocab must be a TokenVocabulary (TokenVocabulary.from_pretrained(...))", where)
+
+
+def _compiler_for(vocab: object, compiler: object, where: str) -> "Compiler":
+    """``compiler`` when given (for the same vocabulary), else a throwaway ``Compiler(vocab)``."""
+    _check_vocab(vocab, where)
+    if compiler is None:
+        return Compiler(vocab)
+    _require(compiler, Compiler, "compiler must be a grammars.Compiler or None", where)
+    if compiler.vocab != vocab:
+        raise ValueError(f"{where}: compiler was built for a different vocabulary than vocab "
+                         f"({compiler.vocab!r} vs {vocab!r})")
+    return compiler
+
+
 @dataclass(frozen=True)
 class _VocabIndex:
     trie: TokenTrie
@@ -121,8 +160,15 @@ class Compiler:
     throwaway one when none is given.
     """
 
-    def __init__(self, vocab, *, limits: Limits | None = None, cache_size: int = 64, walk_cache_bytes: int = 256 << 20,
-                 allow_empty_language: bool = False):
+    def __init__(self, vocab: TokenVocabulary, *, limits: Limits | None = None, cache_size: int = 64,
+                 walk_cache_bytes: int = 256 << 20, allow_empty_language: bool = False):
+        _check_vocab(vocab, "Compiler")
+        _require(limits, (Limits, type(None)), "limits must be a grammars.Limits or None", "Compiler")
+        for name, value, least in (("cache_size", cache_size, 1), ("walk_cache_bytes", walk_cache_bytes, 0)):
+            _require(value, int, f"{name} must be an int", "Compiler")
+            if value < least:
+                raise ValueError(f"Compiler: {name} must be >= {least}, got {value}")
+        _require(allow_empty_language, bool, "allow_empty_language must be a bool", "Compiler")
         self.vocab = vocab
         self.limits = limits or Limits()
         #: compile grammars that accept nothing (e.g. the schema ``false``) to matchers that
@@ -137,6 +183,8 @@ class Compiler:
 
     def compile_grammar(self, grammar: Grammar) -> CompiledGrammar:
         """Compile a grammar IR (what every front end produces)."""
+        _require(grammar, Grammar, "grammar must be a grammars.Grammar (parse text with parse_gbnf/parse_lark, "
+                 "or call compile_gbnf/compile_lark/compile_regex)", "Compiler.compile_grammar")
         key = ("ir", grammar, self.limits)
         hit = self._cache.get(key)
         if hit is None:
@@ -147,20 +195,28 @@ class Compiler:
 
     def compile_regex(self, pattern: str) -> CompiledGrammar:
         """Full-match semantics: the whole output must match ``pattern``."""
+        _require(pattern, str, "pattern must be a str (a regular expression)", "Compiler.compile_regex")
         return self._cached(("regex", pattern), lambda: Grammar.of({"root": parse_regex(pattern)}, "root", "<regex>"))
 
     def compile_gbnf(self, text: str) -> CompiledGrammar:
+        """A llama.cpp GBNF grammar (start rule ``root``)."""
+        _require(text, str, "text must be a str (GBNF grammar text)", "Compiler.compile_gbnf")
         return self._cached(("gbnf", text), lambda: parse_gbnf(text))
 
     def compile_lark(self, text: str, *, start: str = "start") -> CompiledGrammar:
+        """A Lark EBNF grammar (character-level semantics, see ``parse_lark``) from rule ``start``."""
+        _require(text, str, "text must be a str (Lark grammar text)", "Compiler.compile_lark")
+        _require(start, str, "start must be a str (a rule name)", "Compiler.compile_lark")
         return self._cached(("lark", text, start), lambda: parse_lark(text, start=start))
 
     def compile_json_schema(self, schema, **options) -> CompiledGrammar:
         """A JSON Schema (dict, JSON text or Pydantic model class); options as ``JsonSchemaOptions``.
 
         Raises ``UnsupportedSchemaError`` (keyword and JSON pointer) for anything it cannot
-        enforce exactly, unless ``lenient=True``.
+        enforce exactly, unless ``lenient=True``. ``TypeError`` for a schema of another type or an
+        unknown option.
         """
+        _check_schema(schema, "Compiler.compile_json_schema")
         from grammars.frontends.json_schema import (
             JsonSchemaOptions,
             load_schema,
@@ -233,26 +289,34 @@ def _vocab_index(vocab) -> _VocabIndex:
     return index
 
 
-def compile_grammar(grammar: Grammar, vocab, *, compiler: Compiler | None = None) -> CompiledGrammar:
+def compile_grammar(grammar: Grammar, vocab: TokenVocabulary, *, compiler: Compiler | None = None) -> CompiledGrammar:
     """Compile a grammar IR (from any front end, or built by hand) for ``vocab``."""
-    return (compiler or Compiler(vocab)).compile_grammar(grammar)
+    _require(grammar, Grammar, "grammar must be a grammars.Grammar", "compile_grammar")
+    return _compiler_for(vocab, compiler, "compile_grammar").compile_grammar(grammar)
 
 
-def compile_regex(pattern: str, vocab, *, compiler: Compiler | None = None) -> CompiledGrammar:
+def compile_regex(pattern: str, vocab: TokenVocabulary, *, compiler: Compiler | None = None) -> CompiledGrammar:
     """Compile a regular expression (full match) for ``vocab``."""
-    return (compiler or Compiler(vocab)).compile_regex(pattern)
+    _require(pattern, str, "pattern must be a str (a regular expression)", "compile_regex")
+    return _compiler_for(vocab, compiler, "compile_regex").compile_regex(pattern)
 
 
-def compile_gbnf(text: str, vocab, *, compiler: Compiler | None = None) -> CompiledGrammar:
+def compile_gbnf(text: str, vocab: TokenVocabulary, *, compiler: Compiler | None = None) -> CompiledGrammar:
     """Compile a llama.cpp GBNF grammar (start rule ``root``) for ``vocab``."""
-    return (compiler or Compiler(vocab)).compile_gbnf(text)
+    _require(text, str, "text must be a str (GBNF grammar text)", "compile_gbnf")
+    return _compiler_for(vocab, compiler, "compile_gbnf").compile_gbnf(text)
 
 
-def compile_lark(text: str, vocab, *, start: str = "start", compiler: Compiler | None = None) -> CompiledGrammar:
+def compile_lark(text: str, vocab: TokenVocabulary, *, start: str = "start",
+                 compiler: Compiler | None = None) -> CompiledGrammar:
     """Compile a Lark EBNF grammar (character-level semantics, see ``parse_lark``) for ``vocab``."""
-    return (compiler or Compiler(vocab)).compile_lark(text, start=start)
+    _require(text, str, "text must be a str (Lark grammar text)", "compile_lark")
+    _require(start, str, "start must be a str (a rule name)", "compile_lark")
+    return _compiler_for(vocab, compiler, "compile_lark").compile_lark(text, start=start)
 
 
-def compile_json_schema(schema, vocab, *, compiler: Compiler | None = None, **options) -> CompiledGrammar:
+def compile_json_schema(schema, vocab: TokenVocabulary, *, compiler: Compiler | None = None,
+                        **options) -> CompiledGrammar:
     """Compile a JSON Schema for ``vocab``; see ``Compiler.compile_json_schema``."""
-    return (compiler or Compiler(vocab)).compile_json_schema(schema, **options)
+    _check_schema(schema, "compile_json_schema")
+    return _compiler_for(vocab, compiler, "compile_json_schema").compile_json_schema(schema, **options)

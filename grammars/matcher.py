@@ -7,7 +7,10 @@ its matchers. A Matcher is *not* thread-safe; distinct matchers of one grammar m
 different threads at once.
 
 Errors: user-level misuse raises ``MatchError`` subclasses (``TokenRejected``, ``RollbackError``);
-methods that answer questions (``allows``, ``try_advance``) never raise for a bad token.
+an argument of the wrong type or value raises ``TypeError``/``ValueError`` before anything changes
+(the checks live in ``grammars.contract.StateHistory``, shared by every kind); methods that answer
+questions (``allows``, ``check``, ``try_advance``) answer "not allowed" for an int id that is no
+token rather than raise.
 
 ``shortest_completion`` answers "how do I finish from here, in as few bytes as possible" exactly,
 from the grammar's structure rather than by searching texts; see ``CompletionTables``.
@@ -21,6 +24,7 @@ from grammars.bitmask import bit_is_set, pack_bool
 from grammars.contract import StateHistory, TokenCheck, TokenMatcher
 from grammars.masks.completion import CompletionTables
 from grammars.masks.runtime import ACCEPT, GrammarRuntime, MatchState
+from grammars.vocab.vocabulary import TokenVocabulary
 
 __all__ = ["TokenMatcher", "Matcher", "UnconstrainedMatcher", "TokenCheck"]  # the contract re-exported
 
@@ -49,26 +53,17 @@ class Matcher(StateHistory):
         """The current state: hashable and immutable, equal for equal futures of this grammar."""
         return self._history[-1]
 
-    def fill_mask(self, out: np.ndarray, row: int = 0) -> None:
-        """Write the allowed-token bitmask into ``out[row]`` (or ``out`` when it is 1-D).
+    @property
+    def _logits_width(self) -> int:
+        return self._rt.logits_width
 
-        ``out`` is int32 with ``ceil(logits_width / 32)`` words per row (see
-        ``allocate_token_bitmask``); bit ``i`` set means token ``i`` is allowed. EOS is allowed
-        exactly when ``is_accepting()``. This method does not change the matcher state.
-        """
-        mask = self._rt.mask(self._history[-1]) if self._history[-1] else self._rt.zero_mask
-        target = out if out.ndim == 1 else out[row]
-        if target.shape[0] != mask.shape[0]:
-            raise ValueError(
-                f"bitmask row has {target.shape[0]} words but this vocabulary needs {mask.shape[0]} "
-                f"(logits_width={self._rt.logits_width}); allocate it with allocate_token_bitmask"
-            )
-        target[:] = mask
-
-    def allows(self, token: int) -> bool:
-        """Whether ``token`` may come next; one token only, so it is cheap (AWRS/ASAp hot path)."""
+    def _mask(self) -> np.ndarray:
         state = self._history[-1]
-        token = int(token)
+        return self._rt.mask(state) if state else self._rt.zero_mask
+
+    def _allows(self, token: int) -> bool:
+        """One token only, so it is cheap (the AWRS/ASAp hot path)."""
+        state = self._history[-1]
         if token in self._eos:
             return ACCEPT in state
         if not (0 <= token < self._text_ok.shape[0]) or not self._text_ok[token] or not state:
@@ -78,8 +73,8 @@ class Matcher(StateHistory):
             return bit_is_set(cached, token)
         return bool(self._rt.consume(state, token))
 
-    def check(self, token: int) -> TokenCheck:
-        """``allows(token)``, plus what the same walk proves about other tokens.
+    def _check(self, token: int) -> TokenCheck:
+        """``allows(token)``, plus what the same walk proves about other tokens (``check``).
 
         A text token is allowed iff the walk of its bytes stays alive. A rejected walk stops at
         the first byte that cannot follow, and each state it went through says which bytes could
@@ -91,7 +86,6 @@ class Matcher(StateHistory):
         outside the vocabulary come back alone.
         """
         state = self._history[-1]
-        token = int(token)
         if token in self._eos:
             return TokenCheck.alone(token, ACCEPT in state)
         if not (0 <= token < self._text_ok.shape[0]) or not self._text_ok[token] or not state:
@@ -114,11 +108,7 @@ class Matcher(StateHistory):
         """EOS has been consumed: no token is allowed until ``rollback``."""
         return not self._history[-1]
 
-    def forced_tokens(self, max_tokens: int = 64) -> list[int]:
-        """Tokens the grammar forces from here (each the only allowed choice), without consuming them.
-
-        Stops at the first state with a choice, with EOS allowed, or after ``max_tokens``.
-        """
+    def _forced(self, max_tokens: int) -> list[int]:
         probe = self.fork()
         forced: list[int] = []
         while len(forced) < max_tokens and probe._history[-1] and not probe.is_accepting():
@@ -203,25 +193,19 @@ class UnconstrainedMatcher(StateHistory):
 
     __slots__ = ("_vocab", "_history", "_words")
 
-    def __init__(self, vocab, _history: list[bool] | None = None):
+    def __init__(self, vocab: TokenVocabulary, _history: list[bool] | None = None):
+        if not isinstance(vocab, TokenVocabulary):
+            raise TypeError(f"UnconstrainedMatcher: vocab must be a TokenVocabulary, got {type(vocab).__name__}")
         self._vocab = vocab
         self._history: list[bool] = _history if _history is not None else [False]
         self._words = pack_bool(np.ones(len(vocab), dtype=bool), vocab.logits_width)
 
-    def fill_mask(self, out: np.ndarray, row: int = 0) -> None:
-        target = out if out.ndim == 1 else out[row]
-        if target.shape[0] != self._words.shape[0]:
-            raise ValueError(
-                f"bitmask row has {target.shape[0]} words but this vocabulary needs {self._words.shape[0]} "
-                f"(logits_width={self._vocab.logits_width}); allocate it with allocate_token_bitmask"
-            )
-        target[:] = 0 if self.is_terminated() else self._words
+    @property
+    def _logits_width(self) -> int:
+        return self._vocab.logits_width
 
-    def allows(self, token: int) -> bool:
-        return self._next_state(int(token)) is not None
-
-    def check(self, token: int) -> TokenCheck:
-        return TokenCheck.alone(token, self.allows(token))
+    def _mask(self) -> np.ndarray | None:
+        return None if self.is_terminated() else self._words
 
     def is_accepting(self) -> bool:
         return not self._history[-1]
@@ -229,10 +213,11 @@ class UnconstrainedMatcher(StateHistory):
     def is_terminated(self) -> bool:
         return self._history[-1]
 
-    def forced_tokens(self, max_tokens: int = 64) -> list[int]:
+    def _forced(self, max_tokens: int) -> list[int]:
         return []
 
     def shortest_completion(self) -> tuple[int, ...] | None:
+        """``()`` (EOS may come at once), ``None`` after EOS."""
         return None if self.is_terminated() else ()
 
     def fork(self) -> "UnconstrainedMatcher":

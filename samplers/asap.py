@@ -31,6 +31,21 @@ The algorithm is the pure functions ``asap_weights`` / ``expected_future`` / ``b
 over ``AsapTrie``; ``ASAp`` is the ``TokenSampler`` wiring, one trie per ``start(key)`` key, kept
 across calls so repeated sampling for one key converges. Its state is picklable and has
 ``state_dict()`` / ``load_state_dict()``.
+
+Budget-aware closing. Near the end of a token budget the decoding loop narrows the matcher
+(``samplers.narrowing.NarrowedMatcher``): only tokens after which the text can still be finished
+in time are admitted. For ASAp that is a constraint like the grammar — ``L_B``, the texts that
+the narrowing lets through — and every token of the sequence is still drawn here, so the trie
+stays a record of the run. The narrowed mask costs a check per allowed token, so ASAp keeps the
+grammar's mask as its (over-approximating) mask and learns the narrowing lazily: a drawn token
+the narrowing refuses is a child with no future, recorded with ``ĉ = 0`` (``kill``: its mass
+``P(t|v)`` joins the parent's deficit), and the draw is repeated without it; after ``lazy_checks``
+refusals the exact narrowed mask is computed and every refused allowed token is recorded at
+once. Each draw is therefore ``∝ P(t|v)·ĉ(v·t)`` over the admitted tokens — ASAp's rule with
+``ĉ = 0`` for the refused ones — and every estimate stays ``≥ c_B`` (1 for what is unexplored,
+0 only for what is refused), so ASAp converges to ``P(y)·1[y ∈ L_B]``. The narrowing depends on
+the budget, so state learnt under one budget must not be used under another: the engine keys
+runs by (prompt, grammar, budget).
 """
 
 from __future__ import annotations
@@ -44,9 +59,10 @@ from typing import Hashable, Sequence
 import numpy as np
 import torch
 
-from samplers._numeric import allowed_mask, as_float64, cumsum, inverse_cdf, sample_categorical, scores
+from samplers._numeric import allowed_mask, as_float64, cumsum, inverse_cdf, scores
 from samplers.base import Draw, NoAllowedToken, SamplingParams
-from samplers.masked import masked_distribution
+from samplers.masked import masked_draw
+from samplers.narrowing import NarrowedMatcher
 
 __all__ = ["ASAp", "AsapTrie", "asap_weights", "expected_future", "backpropagate"]
 
@@ -99,6 +115,19 @@ class AsapTrie:
         self.chat.append(1.0)
         kids[token] = new
         return new
+
+    def kill(self, node: int, token: int, prob: float) -> None:
+        """Record that ``token`` has no future after ``node`` (``ĉ = 0``): a refused draw.
+
+        The child is created if new and marked expanded with zero mass, so ``backpropagate`` keeps
+        it at 0; its drop in estimate, ``P(token)·ĉ_old``, joins ``node``'s deficit at once.
+        """
+        child = self.child(node, token, prob)
+        old = self.chat[child]
+        if old > 0.0:
+            self.deficit[node] += self.prob[child] * old
+        self.chat[child] = 0.0
+        self.mass[child] = 0.0
 
     def lookup(self, tokens: Sequence[int]) -> int | None:
         """The node of a token prefix, or None if it was never sampled."""
@@ -223,6 +252,9 @@ def _unnormalised_probs(scores: torch.Tensor) -> tuple[np.ndarray, float]:
 class _AsapRun:
     """One sequence: descends the key's trie along the drawn tokens; updates it at ``finish``."""
 
+    #: what the decoding loop checks before it fast-forwards past a sampler (see ``ASAp``)
+    draws_every_token = True
+
     def __init__(self, sampler: "ASAp", trie: AsapTrie):
         self.sampler = sampler
         self.trie = trie
@@ -231,41 +263,74 @@ class _AsapRun:
         self._done = False
 
     def draw(self, logits: torch.Tensor, matcher, generator: torch.Generator | None) -> Draw:
+        """A token ``∝ P(t)·ĉ(v·t)`` over the allowed (for a ``NarrowedMatcher``: admitted) tokens."""
         if self._done:
             raise RuntimeError("this ASAp run is finished; call sampler.start(key) for a new sequence")
         if matcher.is_terminated():
             raise NoAllowedToken("the grammar allows no token in this state (EOS was consumed)")
-        consumed = getattr(matcher, "num_consumed", None)
-        if consumed is not None:
-            if self._base is None:
-                self._base = consumed - (len(self.path) - 1)
-            elif consumed - self._base != len(self.path) - 1:
-                raise RuntimeError(
-                    "ASAp must draw every token of the sequence: the matcher consumed "
-                    f"{consumed - self._base} tokens since start but this run drew {len(self.path) - 1} "
-                    "(no jump-forward or forced tokens with ASAp)"
-                )
+        self._check_in_step(matcher)
         trie, node = self.trie, self.path[-1]
         width = logits.shape[-1]
         probs, total_probs = _unnormalised_probs(scores(logits, self.sampler.params))
-        allowed = allowed_mask(matcher, width)
+        narrowed = matcher if isinstance(matcher, NarrowedMatcher) else None
+        allowed = allowed_mask(matcher if narrowed is None else narrowed.base, width)
         tokens, chats = trie.child_estimates(node)
         weights = asap_weights(probs, allowed, tokens, chats)
-        cdf = cumsum(weights)
-        total = float(cdf[-1])
         if not trie.is_expanded(node):
             # A = Σ_allowed p: the corrected total plus what the corrections removed
             removed = sum(float(probs[t]) * (1.0 - c) for t, c in zip(tokens, chats))
+            total = float(weights.sum())
             trie.mass[node] = (total + removed) / total_probs if total_probs > 0 else 0.0
-        if not total > 0.0:
+        prob_of = (lambda t: float(probs[t]) / total_probs) if total_probs > 0 else (lambda t: 0.0)
+        token = None
+        if narrowed is not None:
+            token = self._admitted(narrowed, node, weights, prob_of, generator)
+        elif weights.sum() > 0.0:
+            token = inverse_cdf(cumsum(weights), weights, generator)
+        if token is None:
             # No allowed token has positive probability under the processed model (top-k/top-p,
             # temperature 0): fall back to masked sampling; the estimate of this node is 0.
-            token = sample_categorical(masked_distribution(logits, matcher, self.sampler.params), generator)
-        else:
-            token = inverse_cdf(cdf, weights, generator)
-        prob = float(probs[token]) / total_probs if total_probs > 0 else 0.0
-        self.path.append(trie.child(node, token, prob))
+            token = masked_draw(logits, matcher, self.sampler.params, generator)
+        self.path.append(trie.child(node, token, prob_of(token)))
         return Draw(token=token)
+
+    def _check_in_step(self, matcher) -> None:
+        """The trie path must follow the matcher: every consumed token drawn here, no other."""
+        consumed = getattr(matcher, "num_consumed", None)
+        if consumed is None:
+            return
+        if self._base is None:
+            self._base = consumed - (len(self.path) - 1)
+        elif consumed - self._base != len(self.path) - 1:
+            raise RuntimeError(
+                "ASAp must draw every token of the sequence: the matcher consumed "
+                f"{consumed - self._base} tokens since start but this run drew {len(self.path) - 1} "
+                "(no jump-forward or forced tokens with ASAp)"
+            )
+
+    def _admitted(self, matcher: NarrowedMatcher, node: int, weights: np.ndarray, prob_of,
+                  generator: torch.Generator | None) -> int | None:
+        """Draw ``∝ weights`` among the tokens ``matcher`` admits, recording refused ones as dead.
+
+        Lazily first (ask about the drawn token only), then, after ``matcher.lazy_checks``
+        refusals, with the exact narrowed mask. ``None`` when no admitted token has weight.
+        """
+        for _ in range(matcher.lazy_checks):
+            cdf = cumsum(weights)
+            if not float(cdf[-1]) > 0.0:
+                return None
+            token = inverse_cdf(cdf, weights, generator)
+            if matcher.admits(token):
+                return token
+            self.trie.kill(node, token, prob_of(token))
+            weights[token] = 0.0
+        admitted = allowed_mask(matcher, weights.shape[0])
+        for token in np.flatnonzero((weights > 0.0) & ~admitted).tolist():
+            self.trie.kill(node, token, prob_of(token))
+        weights[~admitted] = 0.0
+        if not float(weights.sum()) > 0.0:
+            return None
+        return inverse_cdf(cumsum(weights), weights, generator)
 
     def finish(self, tokens: list[int], completed: bool) -> None:
         """Propagate the new estimates up the sampled path (sound whether or not it completed)."""
@@ -286,6 +351,10 @@ class ASAp:
     Persistence: ``state_dict()`` / ``load_state_dict(state)`` (plain dicts of numpy arrays, keys
     as given), or ``pickle`` the sampler.
     """
+
+    #: The decoding loop must hand every token of a sequence to ``draw`` (no jump-forward): the
+    #: trie records the path drawn. ``engine`` refuses ``fast_forward=True`` with ASAp up front.
+    draws_every_token = True
 
     def __init__(self, params: SamplingParams = SamplingParams(), *, max_keys: int | None = None):
         if max_keys is not None and max_keys < 1:

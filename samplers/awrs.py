@@ -117,12 +117,11 @@ from samplers._numeric import (
     cumsum,
     inverse_cdf,
     log_or_neg_inf,
-    sample_categorical,
     scores,
     uniforms,
 )
 from samplers.base import Draw, NoAllowedToken, SamplingParams
-from samplers.masked import masked_distribution
+from samplers.masked import masked_draw
 
 __all__ = [
     "AWRS",
@@ -510,8 +509,8 @@ class _AWRSRun:
             # or temperature 0 removed them all): the target is zero here. Fall back to masked
             # sampling so the sequence can go on, and say so with a zero weight.
             stats.zero_weight += 1
-            probs = masked_distribution(logits, matcher, sampler.params)
-            return Draw(token=sample_categorical(probs, generator), log_weight=float("-inf"), checks=checks.count)
+            token = masked_draw(logits, matcher, sampler.params, generator)
+            return Draw(token=token, log_weight=float("-inf"), checks=checks.count)
         if result.log_weight == float("-inf"):
             stats.zero_weight += 1
         log_weight = result.log_weight - result.log_total  # the valid *probability* mass

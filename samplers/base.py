@@ -3,7 +3,10 @@
 A ``TokenSampler`` is long-lived (it may learn across draws, like ASAp); for each generated
 sequence the loop calls ``start(key)`` and gets a ``SamplingRun``, then per step
 ``run.draw(logits, matcher, generator)`` and finally ``run.finish(...)``. The loop owns the
-matcher: ``draw`` may read it (``fill_mask``, ``allows``, ``fork``) but never advances it.
+matcher: ``draw`` may read it (``fill_mask``, ``allows``, ``fork``) but never advances it. Under
+budget-aware closing the matcher is a ``samplers.narrowing.NarrowedMatcher`` — the same contract,
+for the constraint narrowed to the tokens that still close in time — and the loop takes the drawn
+token as it is: a sampler's draw is never overridden.
 
 Errors: ``draw`` raises ``NoAllowedToken`` when the grammar allows nothing (a terminated
 matcher) — a misuse by the loop, which must stop at EOS. Samplers are not thread-safe; use one
@@ -12,6 +15,8 @@ per thread.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Hashable, Protocol, runtime_checkable
 
@@ -32,9 +37,15 @@ class SamplingParams:
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
+        for name in ("temperature", "top_p"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, numbers.Integral):
+            raise TypeError(f"top_k must be an int, got {type(self.top_k).__name__} {self.top_k!r}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:  # (NaN fails this too)
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")

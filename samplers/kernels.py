@@ -1,8 +1,9 @@
 """Masking logits: the one place where ``-inf`` is written into logits for tokens that may not come.
 
 Every caller goes through here — the engine's decoding loop (grammar masks, padding columns, EOS
-under ``ignore_eos``, tokens budget-aware closing rejected), ``MaskedSampler`` and the
-transformers ``CorralLogitsProcessor`` — so the semantics (ids beyond the mask are never allowed)
+under ``ignore_eos``), ``MaskedSampler`` (masks, and the tokens budget-aware closing refused,
+``samplers.masked.masked_draw``) and the transformers ``CorralLogitsProcessor`` — so the
+semantics (ids beyond the mask are never allowed)
 and the fast CPU path exist once. Lives in ``samplers`` (not ``engine``) because every sampler
 needs it and the layering is grammars <- samplers <- engine.
 """

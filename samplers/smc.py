@@ -21,6 +21,18 @@ emitted EOS or died (zero weight), or after ``max_tokens`` steps; particles cut 
 max_tokens=..., generator=...)`` with a *batch* logits callback, ``logits_fn(prefixes) ->
 [len(prefixes), width]`` next-token logits for each particle's generated prefix (the prompt is the
 callback's business), and then uses ``SMCResult.sample()`` or ``posterior()``.
+
+Budget-aware closing: the engine passes the start matcher narrowed by the closing condition
+(``samplers.narrowing.NarrowedMatcher``), so each particle's AWRS proposal only draws tokens after
+which the text can still be finished within ``max_tokens`` and every particle completes in time;
+the target becomes ``P(y)·1[y ∈ L_B]`` (``L_B``: the texts the narrowing lets through), and the
+weights stay properly weighted for it, since AWRS treats the narrowing as part of the constraint.
+
+``temperature=0``: the processed model is a point mass on the unconstrained argmax, so the
+grammar-conditioned target is undefined (zero mass) wherever that token is not allowed. As the
+other samplers do, SMC then decodes greedily under the constraint — the most likely allowed
+token at every step, one sequence that every particle shares — and reports ``log_ml = nan``
+(no estimate).
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ import torch
 from samplers._numeric import allowed_mask, scores, uniforms
 from samplers.awrs import Estimator, MatcherChecks, awrs
 from samplers.base import SamplingParams
+from samplers.masked import masked_draw
 
 __all__ = ["SMC", "SMCResult", "effective_sample_size", "resample"]
 
@@ -190,9 +203,16 @@ class SMC:
         max_tokens: int,
         generator: torch.Generator | None = None,
     ) -> SMCResult:
-        """Run SMC from ``matcher``'s state (not modified) for at most ``max_tokens`` steps."""
+        """Run SMC from ``matcher``'s state (not modified) for at most ``max_tokens`` steps.
+
+        ``temperature=0`` decodes greedily instead (module docstring).
+        """
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+            raise TypeError(f"max_tokens must be an int, got {type(max_tokens).__name__}")
         if max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+        if self.params.temperature == 0:
+            return self._greedy(logits_fn, matcher, max_tokens, generator)
         n = self.particles
         particles = [_Particle([], matcher.fork(), 0.0) for _ in range(n)]
         for p in particles:
@@ -235,6 +255,27 @@ class SMC:
             checks=checks,
             steps=steps,
             ess_history=tuple(ess_history),
+        )
+
+    def _greedy(self, logits_fn: BatchLogitsFn, matcher, max_tokens: int, generator) -> SMCResult:
+        """Greedy constrained decoding, the ``temperature=0`` case: one sequence for every particle."""
+        m = matcher.fork()
+        tokens: list[int] = []
+        while len(tokens) < max_tokens and not m.is_terminated():
+            logits = logits_fn([tokens])
+            if logits.dim() != 2 or logits.shape[0] != 1:
+                raise ValueError(f"logits_fn returned shape {tuple(logits.shape)} for 1 prefix; expected [1, width]")
+            token = masked_draw(logits[0], m, self.params, generator)
+            m.advance(token)
+            tokens.append(token)
+        n = self.particles
+        done = m.is_terminated()
+        return SMCResult(
+            tokens=(tuple(tokens),) * n,
+            log_weights=np.zeros(n, dtype=np.float64),
+            completed=np.full(n, done, dtype=bool),
+            log_ml=float("nan"),
+            steps=len(tokens),
         )
 
     def _extend(self, particle: _Particle, logits: torch.Tensor, generator) -> int:

@@ -38,8 +38,12 @@ def parse_gbnf(text: str, *, source: str = "<gbnf>") -> Grammar:
     """Parse GBNF ``text`` into a ``Grammar`` whose start rule is ``root``.
 
     Raises ``GrammarSyntaxError`` (line, column, caret) for malformed text, references to
-    undefined rules, duplicate rules or a missing ``root``.
+    undefined rules, duplicate rules or a missing ``root``; ``TypeError`` when ``text`` or
+    ``source`` is not a str.
     """
+    for name, value in (("text", text), ("source", source)):
+        if not isinstance(value, str):
+            raise TypeError(f"parse_gbnf: {name} must be a str, got {type(value).__name__}")
     return _GbnfParser(text, source).parse()
 
 

@@ -57,8 +57,12 @@ def parse_lark(text: str, *, start: str = "start", source: str = "<lark>") -> Gr
 
     Lark's own errors become ``GrammarSyntaxError`` with line and column where Lark reports
     them (else the first mention of the offending name); constructs with no exact
-    character-level meaning raise ``UnsupportedGrammarError``.
+    character-level meaning raise ``UnsupportedGrammarError``. ``TypeError`` when ``text``,
+    ``start`` or ``source`` is not a str.
     """
+    for name, value in (("text", text), ("start", start), ("source", source)):
+        if not isinstance(value, str):
+            raise TypeError(f"parse_lark: {name} must be a str, got {type(value).__name__}")
     terminal_defs, rules, ignore = _compile(text, start, source)
     terminals = {str(t.name): _terminal_expr(t, source) for t in terminal_defs}
     ignored = [_terminal_ref(name, terminals) for name in ignore]

@@ -140,10 +140,18 @@ def parse_regex(pattern: str, *, search: bool = False, flags: str = "", source: 
     Full-match semantics by default; ``search=True`` means "matches anywhere", as JSON Schema's
     ``pattern`` does. ``flags`` may contain ``i`` (ignore case) and ``s`` (``.`` matches newline).
     Raises ``GrammarSyntaxError`` (with the offset) for malformed patterns and
-    ``UnsupportedGrammarError`` for constructs outside the supported subset.
+    ``UnsupportedGrammarError`` for constructs outside the supported subset, and ``TypeError``
+    for arguments that are not text.
     """
+    _require_text("parse_regex", pattern=pattern, flags=flags, source=source)
     parser = _RegexParser(pattern, source, _check_flags(flags), anchors=True)
     return parser.parse(search=search)
+
+
+def _require_text(function: str, **arguments: object) -> None:
+    for name, value in arguments.items():
+        if not isinstance(value, str):
+            raise TypeError(f"{function}: {name} must be a str, got {type(value).__name__}")
 
 
 def parse_terminal_regex(pattern: str, *, flags: str = "", source: str = "<regex>") -> Expr:

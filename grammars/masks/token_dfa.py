@@ -12,7 +12,7 @@ from collections import deque
 import numpy as np
 
 from grammars.bitmask import pack_bool
-from grammars.contract import StateHistory, TokenCheck
+from grammars.contract import StateHistory, token_id
 from grammars.masks.runtime import BoundedCache
 from grammars.masks.token_walk import WalkCache
 
@@ -43,11 +43,22 @@ class TokenDFA:
         self._rows = BoundedCache(65536)
         self._masks = BoundedCache(4096)
 
+    def _state(self, state: object, where: str) -> int:
+        """``state`` checked: an int naming one of this DFA's states (``TypeError``/``ValueError``)."""
+        if isinstance(state, (bool, np.bool_)) or not isinstance(state, (int, np.integer)):
+            raise TypeError(f"TokenDFA.{where}: state must be an int, got {type(state).__name__} {state!r}")
+        if not 0 <= state < self.n_states:
+            raise ValueError(f"TokenDFA.{where}: state {int(state)} is not a state of this DFA "
+                             f"(0..{self.n_states - 1}; -1 is dead, not a state to ask about)")
+        return int(state)
+
     def is_accepting(self, state: int) -> bool:
-        return bool(self.accepting[state])
+        """Whether ``state`` accepts (EOS is allowed there)."""
+        return bool(self.accepting[self._state(state, "is_accepting")])
 
     def transitions(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         """(token ids, next states) of every text token allowed from ``state``, ascending by id."""
+        state = self._state(state, "transitions")
         row = self._rows.get(state)
         if row is None:
             nxt = self._walks.token_next_states(self._dfa, state)
@@ -59,7 +70,11 @@ class TokenDFA:
         return row
 
     def next_state(self, state: int, token: int) -> int:
+        """The state after ``token`` (a text token; EOS is the matcher's business), ``-1`` if dead."""
+        token = token_id(token, "TokenDFA.next_state")
         tokens, states = self.transitions(state)
+        if not 0 <= token < self.logits_width:
+            return -1
         i = int(np.searchsorted(tokens, token))
         if i < tokens.shape[0] and tokens[i] == token:
             return int(states[i])
@@ -71,6 +86,7 @@ class TokenDFA:
 
     def allowed_mask(self, state: int) -> np.ndarray:
         """Packed bitmask of tokens allowed from ``state`` (EOS when accepting); read-only, cached."""
+        state = self._state(state, "allowed_mask")
         cached = self._masks.get(state)
         if cached is None:
             tokens, _ = self.transitions(state)
@@ -86,6 +102,7 @@ class TokenDFA:
     def shortest_completion(self, state: int) -> tuple[int, ...] | None:
         """Fewest tokens from ``state`` to an accepting state (breadth-first over DFA states,
         each visited once); ``None`` when no accepting state can be reached."""
+        state = self._state(state, "shortest_completion")
         if self.accepting[state]:
             return ()
         parent: dict[int, tuple[int, int]] = {state: (-1, -1)}
@@ -125,31 +142,24 @@ class DFAMatcher(StateHistory):
         """The DFA state (``TERMINATED`` after EOS)."""
         return self._history[-1]
 
-    def fill_mask(self, out: np.ndarray, row: int = 0) -> None:
+    @property
+    def _logits_width(self) -> int:
+        return self.dfa.logits_width
+
+    def _mask(self) -> np.ndarray | None:
         state = self._history[-1]
-        target = out if out.ndim == 1 else out[row]
-        words = (self.dfa.logits_width + 31) // 32
-        if target.shape[0] != words:
-            raise ValueError(
-                f"bitmask row has {target.shape[0]} words but this vocabulary needs {words} "
-                f"(logits_width={self.dfa.logits_width}); allocate it with allocate_token_bitmask"
-            )
-        target[:] = 0 if state == TERMINATED else self.dfa.allowed_mask(state)
-
-    def allows(self, token: int) -> bool:
-        return self._next_state(int(token)) is not None
-
-    def check(self, token: int) -> TokenCheck:
-        return TokenCheck.alone(token, self.allows(token))
+        return None if state == TERMINATED else self.dfa.allowed_mask(state)
 
     def is_accepting(self) -> bool:
+        """The text so far is complete: EOS is allowed now."""
         state = self._history[-1]
         return state != TERMINATED and bool(self.dfa.accepting[state])
 
     def is_terminated(self) -> bool:
+        """EOS has been consumed: no token is allowed until ``rollback``."""
         return self._history[-1] == TERMINATED
 
-    def forced_tokens(self, max_tokens: int = 64) -> list[int]:
+    def _forced(self, max_tokens: int) -> list[int]:
         forced: list[int] = []
         state = self._history[-1]
         while len(forced) < max_tokens and state != TERMINATED and not self.dfa.accepting[state]:
@@ -161,10 +171,12 @@ class DFAMatcher(StateHistory):
         return forced
 
     def shortest_completion(self) -> tuple[int, ...] | None:
+        """Fewest tokens to an accepting state (``TokenDFA.shortest_completion``); ``None`` after EOS."""
         state = self._history[-1]
         return None if state == TERMINATED else self.dfa.shortest_completion(state)
 
     def fork(self) -> "DFAMatcher":
+        """An independent copy at the same state."""
         return DFAMatcher(self.dfa, list(self._history))
 
     def _next_state(self, token: int) -> int | None:

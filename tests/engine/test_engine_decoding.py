@@ -310,8 +310,11 @@ def test_sequence_sampler_seam(byte_vocab, compiler):
     result = run(byte_vocab, compiler, model=prefers(byte_vocab, {"b": 5.0, "EOS": 6.0}), regex=r"a?b+",
                  sampler=GreedySequenceSampler())
     assert result.text == "b" and result.finish_reason == "stop"
-    truncated = run(byte_vocab, compiler, model=prefers(byte_vocab, {"b": 5.0, "EOS": -6.0}), regex=r"a?b+",
-                    sampler=GreedySequenceSampler(), max_tokens=4)
+    chatty = prefers(byte_vocab, {"b": 5.0, "EOS": -6.0})
+    closed = run(byte_vocab, compiler, model=chatty, regex=r"a?b+", sampler=GreedySequenceSampler(), max_tokens=4)
+    assert closed.text == "bbb" and closed.finish_reason == "stop"  # closing narrows its matcher too
+    truncated = run(byte_vocab, compiler, model=chatty, regex=r"a?b+", sampler=GreedySequenceSampler(), max_tokens=4,
+                    budget_closing=False)
     assert truncated.text == "bbbb" and truncated.finish_reason == "length"
 
 
@@ -360,7 +363,22 @@ def test_resolve_sampler():
         ({"stop": [""]}, ValueError, "stop"),
         ({"seed": [1, 2]}, ValueError, "one per prompt"),
         ({"sampler": "nope"}, ValueError, "unknown sampler"),
+        ({"sampler": object()}, TypeError, "start"),
         ({"temperature": -1.0}, ValueError, "temperature"),
+        ({"temperature": float("nan")}, ValueError, "temperature"),
+        ({"temperature": float("inf")}, ValueError, "temperature"),
+        ({"temperature": "hot"}, TypeError, "temperature"),
+        ({"top_p": float("nan")}, ValueError, "top_p"),
+        ({"top_k": 2.5}, TypeError, "top_k"),
+        ({"schema": 5}, TypeError, "schema must be"),
+        ({"budget_closing": "yes"}, TypeError, "budget_closing must be a bool"),
+        ({"fast_forward": 1}, TypeError, "fast_forward must be"),
+        ({"seed": 2**64}, ValueError, "out of range"),
+        ({"seed": [1.5]}, TypeError, "seed must be"),
+        ({"device": "banana"}, ValueError, "unknown device"),
+        ({"device": "meta"}, ValueError, "not available"),
+        ({"dtype": "float7"}, ValueError, "unknown dtype"),
+        ({"regex": "a", "sampler": "asap", "fast_forward": True}, ValueError, "fast_forward"),
     ],
 )
 def test_bad_arguments_raise_with_a_fix(byte_vocab, compiler, kwargs, error, match):
@@ -384,6 +402,8 @@ def test_options_check_before_any_model_and_name_the_typo():
         GenerationOptions(regex="a", grammar='root ::= "a"')
     with pytest.raises(ValueError, match="temperature"):
         GenerationOptions(temperature=-1.0)
+    with pytest.raises(TypeError, match="compiler must be a grammars.Compiler"):
+        GenerationOptions(compiler="yes")
     with pytest.raises(TypeError, match="unexpected keyword argument 'max_token'; did you mean 'max_tokens'"):
         generate("P", model=object(), max_token=5)
 

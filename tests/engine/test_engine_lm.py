@@ -121,7 +121,30 @@ def test_from_pretrained_round_trip(tiny_model_dir, tiny_gpt2):
 def test_bad_inputs():
     with pytest.raises(TypeError, match="PreTrainedModel"):
         HFCausalLM(object())
-    from engine.lm import _as_dtype
+    from engine.lm import resolve_dtype
 
     with pytest.raises(ValueError, match="unknown dtype"):
-        _as_dtype("float7")
+        resolve_dtype("float7")
+
+
+def test_devices_and_dtypes_are_checked_before_anything_moves(monkeypatch, tiny_gpt2):
+    """``device="cuda"`` without CUDA used to end in an ``AssertionError`` deep inside torch."""
+    from engine.lm import resolve_device, resolve_dtype
+
+    assert resolve_device("cpu") == torch.device("cpu") and resolve_device(torch.device("cpu")).type == "cpu"
+    with pytest.raises(ValueError, match="unknown device 'banana'"):
+        resolve_device("banana")
+    with pytest.raises(ValueError, match="'meta' is not available"):
+        resolve_device("meta")
+    with pytest.raises(TypeError, match="device must be"):
+        resolve_device(0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="'cuda:1' is not available"):
+        resolve_device("cuda:1")
+    with pytest.raises(ValueError, match="'cuda' is not available"):
+        HFCausalLM(tiny_gpt2, device="cuda")
+    with pytest.raises(ValueError, match="not a floating"):
+        resolve_dtype("int64")
+    with pytest.raises(TypeError, match="dtype must be"):
+        resolve_dtype(32)
+    assert resolve_dtype("torch.bfloat16") is torch.bfloat16

@@ -205,10 +205,15 @@ def test_compiler_caches_and_compiled_grammar_is_shareable():
 
 
 def test_fill_mask_checks_width():
+    """Too narrow a row is refused; a wider one (serving engines size masks by the model's
+    logits) is filled and its extra words cleared."""
     vocab = _vocab([b"a"])
     matcher = Compiler(vocab).compile_regex("a").matcher()
     with pytest.raises(ValueError, match="allocate_token_bitmask"):
-        matcher.fill_mask(np.zeros((1, 7), dtype=np.int32), 0)
+        matcher.fill_mask(np.zeros((1, 0), dtype=np.int32), 0)
+    wide = np.full((1, 7), -1, dtype=np.int32)
+    matcher.fill_mask(wide, 0)
+    assert wide[0, 1:].tolist() == [0] * 6 and wide[0, 0] != -1
 
 
 def test_deeply_nested_input_is_a_typed_error():

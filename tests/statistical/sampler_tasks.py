@@ -7,6 +7,9 @@ A plain module, not a conftest, so tests use the tasks as values (``parametrize`
   first, whose continuations are mostly ungrammatical — where masking distorts most.
 * ``multibyte_task``: ``(a|b)(a|b)?c`` over single- and multi-byte tokens, with pseudo-random
   logits per prefix (``hashed_logits_fn``).
+* ``budget_task``: ``[ab]{1,3}c`` over the same tokens, with a model biased towards single bytes,
+  so that texts of more than two tokens carry over half the valid mass (a budget of 3 tokens,
+  EOS included, removes them: ``tests/statistical/test_closing.py``).
 """
 
 from __future__ import annotations
@@ -49,3 +52,10 @@ def multibyte_task(seed: int = 0, scale: float = 2.0) -> Task:
     vocab = TokenVocabulary.from_bytes(MULTI_PIECES, eos_token_ids=[len(MULTI_PIECES) - 1])
     grammar = Compiler(vocab).compile_regex("(a|b)(a|b)?c")
     return Task(grammar, hashed_logits_fn(len(MULTI_PIECES), seed=seed, scale=scale), len(MULTI_PIECES))
+
+
+def budget_task(seed: int = 0) -> Task:
+    vocab = TokenVocabulary.from_bytes(MULTI_PIECES, eos_token_ids=[len(MULTI_PIECES) - 1])
+    grammar = Compiler(vocab).compile_regex("[ab]{1,3}c")
+    bias = torch.tensor([1.5, 1.5, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5])  # a, b, c likelier than pairs
+    return Task(grammar, hashed_logits_fn(len(MULTI_PIECES), seed=seed, scale=1.0, bias=bias), len(MULTI_PIECES))
