@@ -68,6 +68,72 @@ class CodePointDFA:
         return cls([sorted((cp, cp, t) for cp, t in row.items()) for row in trans], accept)
 
     @classmethod
+    def of_words(cls, words, max_states: int) -> "CodePointDFA":
+        """The minimal DFA of a finite set of strings, built in time linear in their total length.
+
+        Daciuk et al.'s incremental construction over the sorted words: only the last word's
+        path is unminimised at any moment; each finished suffix state is replaced by an
+        equivalent state already registered, or registered itself. No recursion (a word may be
+        a quarter of a megabyte long). Every registered state is a distinct state of the
+        result, so passing ``max_states`` of them raises ``LimitExceeded`` at once, before the
+        rest is built. Start state 0; the empty set gives the empty language.
+        """
+        ordered = sorted(set(words))
+        edges: list[dict[int, int]] = [{}]
+        final = [False]
+        register: dict[tuple, int] = {}
+        path: list[int] = [0]  # states along the previous word (path[i] after i characters)
+        previous = ""
+
+        def settle(down_to: int) -> None:
+            """Replace or register the states of ``path`` deeper than ``down_to``, deepest first."""
+            for depth in range(len(path) - 1, down_to, -1):
+                child, parent = path[depth], path[depth - 1]
+                signature = (final[child], tuple(edges[child].items()))
+                existing = register.get(signature)
+                if existing is None:
+                    if len(register) >= max_states:
+                        raise LimitExceeded("max_dfa_states", max_states,
+                                            f"the automaton of these {len(ordered)} strings needs more than {max_states} states")
+                    register[signature] = child
+                else:
+                    edges[parent][ord(previous[depth - 1])] = existing
+                    edges[child] = {}  # dropped: the registered twin stands for it
+                path.pop()
+
+        for word in ordered:
+            common = 0
+            limit = min(len(word), len(previous))
+            while common < limit and word[common] == previous[common]:
+                common += 1
+            settle(common)
+            del path[common + 1:]
+            for ch in word[common:]:
+                state = len(edges)
+                edges.append({})
+                final.append(False)
+                edges[path[-1]][ord(ch)] = state
+                path.append(state)
+            final[path[-1]] = True
+            previous = word
+        settle(0)
+        return cls._compacted(edges, final)
+
+    @classmethod
+    def _compacted(cls, edges: list[dict[int, int]], final: list[bool]) -> "CodePointDFA":
+        """The states reachable from state 0, renumbered in breadth-first order."""
+        index = {0: 0}
+        order = [0]
+        for state in order:
+            for target in edges[state].values():
+                if target not in index:
+                    index[target] = len(order)
+                    order.append(target)
+        trans = [sorted((cp, cp, index[t]) for cp, t in edges[s].items()) for s in order]
+        out = cls(trans, [final[s] for s in order])
+        return out if any(out.accept) else cls([[]], [False])
+
+    @classmethod
     def of(cls, expr: Expr) -> "CodePointDFA":
         """The language of a regular IR expression (compiled as a byte DFA, read back per code point)."""
         return cls.of_byte_dfa(compile_regular(expr))

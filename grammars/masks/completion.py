@@ -44,10 +44,13 @@ class CompletionTables:
     * every terminal DFA state has a distance to acceptance (BFS over its table);
     * every nonterminal has a minimal yield (Knuth's generalisation of Dijkstra over productions);
     * a parser stack finishes by completing one of its top state's *kernel* items
-      ``A -> α . β`` (|α| >= 1): cost ``minyield(β)``, after which the stack is the one |α| levels
-      down with ``goto(·, A)`` pushed. Closure items are never cheaper than the kernel item that
-      put them there, and the root finishes with ``minyield(start)``. These moves never make a
-      stack deeper, so a Dijkstra over stacks from any stack visits few nodes.
+      ``A -> α . β`` (|α| >= 1): cost ``minyield(β)``, after which the stack is one |α| levels
+      down with ``goto(·, A)`` pushed. A node of the graph-structured stack stands for several
+      linear stacks, so |α| levels down is a set of base nodes, and each gives its own move (to
+      ``goto(b, A)`` over ``b`` alone): the cheapest over the set is the cheapest over the
+      linear stacks. Closure items are never cheaper than the kernel item that put them there,
+      and the root finishes with ``minyield(start)``. Moves only go down to older nodes, so a
+      Dijkstra over nodes from any node visits at most (LR states) x (nodes below it).
 
     A matcher state is a set of configurations ``(stack, terminal, dfa_state)``: finishing the
     lexeme costs the DFA distance, then the stacks that shift the terminal take over. The texts
@@ -87,11 +90,16 @@ class CompletionTables:
     # --- per match state -----------------------------------------------------------------------
 
     def text(self, state: MatchState) -> bytes | None:
+        """The shortest completion of ``state``; ``None`` past a limit, remembered only for the
+        limits that do not depend on time (the next call may well finish in time)."""
         hit = self._texts.get(state)
         if hit is None:
             try:
-                hit = (self._shortest_text(state),)
-            except LimitExceeded:
+                with self.parser.clock:
+                    hit = (self._shortest_text(state),)
+            except LimitExceeded as exc:
+                if exc.limit == "max_step_seconds":
+                    return None
                 hit = (None,)
             self._texts.put(state, hit)
         return hit[0]
@@ -144,6 +152,7 @@ class CompletionTables:
                 break
             if cost > best[node]:
                 continue
+            self.parser.clock.check()
             if node is not start and node in self._stacks:  # solved before: jump to the goal
                 known = self._stacks[node]
                 if known is not None:
@@ -163,18 +172,16 @@ class CompletionTables:
     def _node_moves(self, node):
         """(cost, production, dot, target stack or _GOAL) for each way to finish an item of ``node``."""
         lr = self.lr
-        if node.parent is None:  # the root: derive the start symbol
+        if not node.parents:  # the root: derive the start symbol
             yield int(self._nt_cost[self.parser.cfg.start]), lr.augmented, 0, _GOAL
             return
         for step, p, dot in self._state_moves(node.state):
             if p == lr.augmented:
                 yield step, p, dot, _GOAL
                 continue
-            base = node
-            for _ in range(dot):
-                base = base.parent
-            if lr.lhs[p] in lr.state(base.state).shifts:  # always, for a stack the parser built
-                yield step, p, dot, self.parser.push(base, lr.goto(base.state, lr.lhs[p]))
+            for base in self.parser.bases(node, dot):
+                if lr.lhs[p] in lr.state(base.state).shifts:  # always, for a stack the parser built
+                    yield step, p, dot, self.parser.push(base, lr.goto(base.state, lr.lhs[p]))
 
     def _state_moves(self, q: int) -> list[tuple[int, int, int]]:
         """(minyield of the rest, production, dot) for every item of LR state ``q`` with dot >= 1."""

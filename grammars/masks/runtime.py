@@ -7,6 +7,12 @@ complete sentence. Whenever a terminal's DFA reaches an accepting state the lexe
 there, so both continuations are kept — lexing is non-deterministic and therefore exact for
 character-level grammars.
 
+A stack is a node of the parser's graph-structured stack, standing for every parse through it.
+Configurations whose stacks share (top state, terminal, dfa_state) are merged into one node over
+the union of their parents (``_merged``): a state holds at most one configuration per such
+triple however ambiguous the grammar, and the same parses give the same state whichever order
+they were found in.
+
 Masks (docs/ARCHITECTURE.md, "The mask engine"). For a configuration ``(stack, T, s)`` the allowed tokens are
 - *inside*: tokens whose bytes keep T's DFA alive from s — a function of (T, s) only, cached
   and shared by every grammar of the same Compiler;
@@ -14,6 +20,10 @@ Masks (docs/ARCHITECTURE.md, "The mask engine"). For a configuration ``(stack, T
   — a function of (T, s, successor set), cached per grammar. The successor set is interned
   (stacks are hash-consed), so repeated parser contexts hit the cache.
 A mask is then the OR of a few cached bitmasks; the whole mask is memoised per state as well.
+
+Every call that parses (``consume``, ``dead_end``, ``mask``) runs under the parser's
+``StepClock`` (``Limits.max_step_seconds``); a ``LimitExceeded`` leaves only complete values in
+the caches, since each memo is written after its value is whole.
 """
 
 from __future__ import annotations
@@ -147,19 +157,41 @@ class GrammarRuntime:
         hit = self._complete_memo.get(key)
         if hit is not None and hit[0] is stack:
             return hit[1]
-        out: set = set()
-        for nxt in self.parser.shift(stack, terminal):
-            out |= self._fresh(nxt)
-        result = frozenset(out)
+        shifted = self.parser.shift(stack, terminal)
+        if len(shifted) == 1:
+            result = self._fresh(shifted[0])  # one closure's configurations: merged already
+        else:
+            out: set = set()
+            for nxt in shifted:
+                out |= self._fresh(nxt)
+            result = self._merged(out)
         if len(self._complete_memo) > self.limits.max_cache_entries:
             self._complete_memo.clear()
         self._complete_memo[key] = (stack, result)
         return result
 
+    def _merged(self, configs: set) -> MatchState:
+        """``configs`` with those that share (top state, terminal, dfa state) merged into one
+        configuration over the union of their stacks' parents: the same linear stacks and the
+        same future, in one node (what keeps a state's size independent of the ambiguity)."""
+        if len(configs) < 2:
+            return frozenset(configs)
+        keys = {(stack.state, t, s) for stack, t, s in configs if stack is not None}
+        if len(keys) == len(configs) - (ACCEPT in configs):
+            return frozenset(configs)
+        groups: dict[tuple[int, int, int], list[StackNode]] = {}
+        for stack, t, s in configs:
+            if stack is not None:
+                groups.setdefault((stack.state, t, s), []).append(stack)
+        out = {(self.parser.merge(stacks), t, s) for (_, t, s), stacks in groups.items()}
+        if ACCEPT in configs:
+            out.add(ACCEPT)
+        return frozenset(out)
+
     # --- stepping --------------------------------------------------------------------------
 
     def step(self, state: MatchState, byte: int) -> MatchState:
-        out: set = set()
+        out: set = set()  # bounded work but for the closures of complete(), which check the clock
         for config in state:
             stack, t, s = config
             if stack is None:
@@ -170,16 +202,18 @@ class GrammarRuntime:
             out.add((stack, t, nxt))
             if self._accepting[t][nxt]:
                 out |= self.complete(stack, t)
-        if len(out) > self.limits.max_configurations:
+        result = self._merged(out)
+        if len(result) > self.limits.max_configurations:
             raise LimitExceeded("max_configurations", self.limits.max_configurations)
-        return frozenset(out)
+        return result
 
     def consume(self, state: MatchState, token: int) -> MatchState:
         """State after the bytes of text token ``token``; empty when the token is not allowed."""
         hit = self._consume_memo.get((state, token))
         if hit is not None:
             return hit
-        return self._walk_token(state, token)
+        with self.parser.clock:
+            return self._walk_token(state, token)
 
     def dead_end(self, state: MatchState, token: int) -> list[MatchState] | None:
         """``None`` when text token ``token`` may follow ``state``; otherwise the states its walk
@@ -188,7 +222,8 @@ class GrammarRuntime:
         if self._consume_memo.get((state, token)):
             return None
         path: list[MatchState] = []
-        return None if self._walk_token(state, token, path) else path
+        with self.parser.clock:
+            return None if self._walk_token(state, token, path) else path
 
     def _walk_token(self, state: MatchState, token: int, path: list[MatchState] | None = None) -> MatchState:
         """The state after the token's bytes (empty once one cannot follow), memoised; ``path``
@@ -251,7 +286,8 @@ class GrammarRuntime:
         projection = (accepting, frozenset((t, cls, stack) for (t, cls), (_, stacks) in groups.items() for stack in stacks))
         result = self._projected_memo.get(projection)
         if result is None:
-            result = self._compute_mask(groups, accepting)
+            with self.parser.clock:
+                result = self._compute_mask(groups, accepting)
             self._projected_memo.put(projection, result)
         self._mask_memo.put(state, result)
         return result
@@ -290,18 +326,20 @@ class GrammarRuntime:
         hit = self._boundary_memo.get(key)
         if hit is not None:
             return hit
-        collected: list[np.ndarray] = []
+        collected: dict[int, np.ndarray] = {}
         self._collect(inside, succ, collected)  # non-empty arrays only
         if collected:
-            result = tokens_to_words(np.concatenate(collected), self.words)
+            result = tokens_to_words(np.concatenate(list(collected.values())), self.words)
             result.setflags(write=False)
         else:
             result = self.zero_mask
         self._boundary_memo.put(key, result)
         return result
 
-    def _collect(self, walk: PathWalk, configs: MatchState, out: list[np.ndarray]) -> None:
-        """Add the tokens that continue ``walk`` through ``configs`` (recursively across lexemes).
+    def _collect(self, walk: PathWalk, configs: MatchState, out: dict[int, np.ndarray]) -> None:
+        """Add the tokens that continue ``walk`` through ``configs`` (recursively across lexemes)
+        to ``out``, keyed by the id of their array: an array reached along several parser paths
+        is kept once, so the list stays as long as the distinct walks, not the paths.
 
         Memoised by (where ``walk`` ends, ``configs``): boundaries that miss their own memo (a
         new parser context around the same lexeme) still meet the same nested pairs, about a
@@ -310,9 +348,10 @@ class GrammarRuntime:
         key = (walk.nodes_key(), configs)
         hit = self._collect_memo.get(key)
         if hit is not None:
-            out.extend(hit)
+            out.update((id(array), array) for array in hit)
             return
-        found: list[np.ndarray] = []
+        self.parser.clock.check()
+        found: dict[int, np.ndarray] = {}
         groups: dict[tuple[int, int], list[StackNode]] = {}
         for stack, t, s in configs:
             if stack is not None:
@@ -320,7 +359,7 @@ class GrammarRuntime:
         for (t, s), stacks in groups.items():
             child = self._walks.extend(walk, self.dfas[t], s)
             if child.tokens.shape[0]:
-                found.append(child.tokens)
+                found[id(child.tokens)] = child.tokens
             if child.children_total:  # some token goes on after this lexeme: ask the parser what may follow
                 seen: set[int] = set()
                 for stack in stacks:
@@ -328,6 +367,6 @@ class GrammarRuntime:
                     if succ and id(succ) not in seen:
                         seen.add(id(succ))
                         self._collect(child, succ, found)
-        found_tuple = tuple(found)
+        found_tuple = tuple(found.values())
         self._collect_memo.put(key, found_tuple)
-        out.extend(found_tuple)
+        out.update(found)

@@ -10,10 +10,13 @@
 The language is exactly the JSON texts valid under the schema (up to the key-order policy of
 ``JsonSchemaOptions.property_order`` and the whitespace policy); whatever cannot be enforced
 exactly raises ``UnsupportedSchemaError`` with the keyword and its JSON pointer, or, with
-``lenient=True``, is relaxed to a superset and listed in ``SchemaReport.relaxed``. Modules:
-``document`` (loading, ``$ref``), ``compiler`` (dispatch, conjunctions), ``objects``,
-``arrays``, ``combinators`` (boolean structure, key languages), ``values`` (layout, literals),
-``scalars`` (strings and numbers).
+``lenient=True``, is relaxed to a superset and listed in ``SchemaReport.relaxed``. Malformed
+schemas (a keyword value the draft's meta-schema rejects) and paradoxical ones (a negation that
+reaches itself) raise ``GrammarError`` naming the pointer; work past ``Limits`` raises
+``LimitExceeded`` before it is done. Modules: ``document`` (loading, ``$ref``), ``validation``
+(meta-schema checks, paradoxes), ``compiler`` (dispatch, conjunctions), ``objects``, ``arrays``,
+``combinators`` (boolean structure, key languages), ``values`` (layout, literals), ``scalars``
+(strings and numbers).
 """
 
 from grammars.frontends.json_schema.compiler import (

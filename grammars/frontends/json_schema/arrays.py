@@ -10,6 +10,9 @@ and what applies after it); element ``i`` must satisfy, for every rule, the rule
 matches so far), see ``_contains_body``; ``maxContains`` needs ``not contains`` (``negate``),
 several ``contains`` in one conjunction are counted together (up to ``MAX_CONTAINS``). ``uniqueItems: true`` is not
 context-free in general and is unsupported unless at most one element is possible.
+
+Counts are bounded (``MAX_COUNTED_ITEMS``, ``MAX_CONTAINS_COUNT``): a larger lower bound raises
+``UnsupportedSchemaError`` naming the keyword, a larger upper bound is narrowed and reported.
 """
 
 from __future__ import annotations
@@ -28,12 +31,20 @@ from grammars.frontends.json_schema.conjunction import (
 )
 from grammars.frontends.json_schema.document import Located, count_keyword
 from grammars.frontends.json_schema.values import literal_values
-from grammars.ir import NOTHING, Expr, Ref, alt, seq
+from grammars.ir import NOTHING, Expr, Literal, Ref, Seq, alt, seq
 
 __all__ = ["ARRAY_KEYWORDS", "ItemRule", "ArrayRules", "apply_array_keywords", "array_expr"]
 
 #: ``contains`` schemas counted together in one array (elements claim subsets of them)
 MAX_CONTAINS = 3
+#: largest ``minItems``/``maxItems`` enforced as written: each counted element is a copy of the
+#: element's automaton. A larger ``minItems`` raises; a larger ``maxItems`` is narrowed to it
+#: (reported). MaskBench's largest is 1024.
+MAX_COUNTED_ITEMS = 1024
+#: largest ``minContains``/``maxContains`` enforced as written: each count is a state (an IR
+#: rule) of the counting automaton. A larger ``minContains`` raises; a larger ``maxContains`` is
+#: narrowed to it (reported).
+MAX_CONTAINS_COUNT = 64
 #: candidate arrays enumerated for ``uniqueItems`` over finite element sets
 MAX_FINITE_ARRAYS = 4096
 
@@ -75,19 +86,43 @@ def apply_array_keywords(c: SchemaContext, conj: Conjunction, part: Located, nod
     if prefix or rest is not None:
         rules.item_rules.append(ItemRule(prefix, rest))
     if "minItems" in node:
-        rules.min_items = max(rules.min_items, count_keyword(node["minItems"], "minItems", where))
+        low = _counted(c, count_keyword(node["minItems"], "minItems", where), "minItems", where, MAX_COUNTED_ITEMS, "elements")
+        rules.min_items = max(rules.min_items, low)
     if "maxItems" in node:
-        high = count_keyword(node["maxItems"], "maxItems", where)
+        high = _counted(c, count_keyword(node["maxItems"], "maxItems", where), "maxItems", where, MAX_COUNTED_ITEMS, "elements")
         rules.max_items = high if rules.max_items is None else min(rules.max_items, high)
     if "contains" in node:
         _schema(node["contains"], "contains", where)
-        low = count_keyword(node.get("minContains", 1), "minContains", where)
-        high = count_keyword(node["maxContains"], "maxContains", where) if "maxContains" in node else None
+        low = _counted(c, count_keyword(node.get("minContains", 1), "minContains", where), "minContains", where,
+                       MAX_CONTAINS_COUNT, "matching elements")
+        high = None
+        if "maxContains" in node:
+            high = _counted(c, count_keyword(node["maxContains"], "maxContains", where), "maxContains", where,
+                            MAX_CONTAINS_COUNT, "matching elements")
         rules.contains.append((doc.child(part, node["contains"], "contains"), low, high))
     if "uniqueItems" in node:
         if not isinstance(node["uniqueItems"], bool):
             raise GrammarError(f"malformed schema at {where}: 'uniqueItems' must be a boolean")
         rules.unique = rules.unique or node["uniqueItems"]
+
+
+def _counted(c: SchemaContext, value: int, keyword: str, where: str, ceiling: int, what: str) -> int:
+    """A count keyword's value within ``ceiling``: a larger lower bound (``min*``) cannot be
+    enforced and raises ``UnsupportedSchemaError`` (under ``lenient`` it is dropped, reported); a
+    larger upper bound (``max*``) is narrowed to the ceiling and reported (the grammar then
+    accepts fewer valid arrays, never an invalid one)."""
+    if value <= ceiling:
+        return value
+    if keyword.startswith("min"):
+        c.unsupported(keyword, where, f"{keyword} {_shown(value)} needs more than {ceiling} counted {what}")
+        return 0
+    c.narrowed(f"{where}: {keyword} {_shown(value)} accepted only up to {ceiling} {what}")
+    return ceiling
+
+
+def _shown(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}...({len(text)} digits)"
 
 
 def array_expr(c: SchemaContext, conj: Conjunction) -> Expr:
@@ -107,6 +142,10 @@ def array_expr(c: SchemaContext, conj: Conjunction) -> Expr:
     rest = c.value(rest_parts)
     if rest == NOTHING:
         high = len(positions) if high is None else min(high, len(positions))
+    elif _inline_array(rest):
+        # the element is written twice (first, then after each comma): an array of arrays
+        # inline would double at every level, so a nested array becomes a rule of its own
+        rest = c.add_rule(f"{rules.where}@items", rest)
     if high is not None and low > high:
         return NOTHING
     if rules.unique and (high is None or high > 1):
@@ -133,13 +172,18 @@ def array_expr(c: SchemaContext, conj: Conjunction) -> Expr:
     return lay.array(body)
 
 
+def _inline_array(expr: Expr) -> bool:
+    """Is ``expr`` an array expression written inline (``Layout.array``)?"""
+    return isinstance(expr, Seq) and bool(expr.items) and expr.items[0] == Literal("[")
+
+
 def _finite_values(c, parts: list) -> list | None:
     """The values ``parts`` allow when they are few and known (an enum, or only null/booleans)."""
     conj = c.conjunction(parts)
     if conj.pending or conj.is_empty:
         return None if conj.pending else []
     if conj.enum is not None:
-        return c.admitted(conj, c.enum_members(conj.enum))
+        return c.admitted(conj, c.enum_members(conj.enum), enum_members=True)
     if conj.types <= {"null", "boolean"}:
         return c.admitted(conj, [None, True, False])
     return None
@@ -229,13 +273,16 @@ def _contains_body(c, rules, positions, rest_parts, rest, contains, low, high) -
 
     last = high if high is not None else max(low, len(positions), 1)  # index at which the state saturates
     names: dict[tuple[int, tuple], str] = {}
+    pending: list[tuple[int, tuple]] = []
 
     def state(i: int, counts: tuple) -> Expr:
+        """The rule of state (index, counts), named now and built by the loop below, so chains of
+        states as long as the counts never nest Python calls."""
         key = (i, counts)
         if key not in names:
             names[key] = c.fresh_rule_name(f"{rules.where}@contains{i}.{'.'.join(map(str, counts))}")
             c.rules[names[key]] = NOTHING
-            c.rules[names[key]] = build(i, counts)
+            pending.append(key)
         return Ref(names[key])
 
     def build(i: int, counts: tuple) -> Expr:
@@ -253,4 +300,8 @@ def _contains_body(c, rules, positions, rest_parts, rest, contains, low, high) -
                     options.append(seq([lay.sep(i > 0), item, state(after, new)]))
         return alt(options)
 
-    return state(0, tuple(0 for _ in contains))
+    start = state(0, tuple(0 for _ in contains))
+    while pending:
+        key = pending.pop()
+        c.rules[names[key]] = build(*key)
+    return start

@@ -58,8 +58,8 @@ from grammars.frontends.json_schema.conjunction import (
     synthetic,
 )
 from grammars.frontends.json_schema.document import Located, count_keyword, escape_token
+from grammars.frontends.json_schema.validation import check_negation
 from grammars.frontends.json_schema.values import canonical, json_type
-from grammars.frontends.regex import parse_regex
 from grammars.ir import NOTHING, Expr
 
 __all__ = [
@@ -106,7 +106,10 @@ def apply_any_of(c: SchemaContext, conj: Conjunction, part: Located, value: Any)
 
 def apply_one_of(c: SchemaContext, conj: Conjunction, part: Located, value: Any) -> None:
     subs = _schema_list(value, "oneOf", part.where)
-    _disjunction(conj, "oneOf", part.where, [(c.document.child(part, s, "oneOf", str(i)),) for i, s in enumerate(subs)])
+    branches = [c.document.child(part, s, "oneOf", str(i)) for i, s in enumerate(subs)]
+    for branch in branches:  # a branch may be negated (overlapping branches): it must not be the holder
+        check_negation(c.document, part, "oneOf", branch)
+    _disjunction(conj, "oneOf", part.where, [(b,) for b in branches])
 
 
 def _disjunction(conj: Conjunction, keyword: str, where: str, branches: list) -> None:
@@ -118,7 +121,9 @@ def _disjunction(conj: Conjunction, keyword: str, where: str, branches: list) ->
 
 
 def apply_not(c: SchemaContext, conj: Conjunction, part: Located, value: Any) -> None:
-    _apply_negation(c, conj, c.document.child(part, value, "not"), part.where)
+    sub = c.document.child(part, value, "not")
+    check_negation(c.document, part, "not", sub)
+    _apply_negation(c, conj, sub, part.where)
 
 
 def _apply_negation(c: SchemaContext, conj: Conjunction, sub: Located, where: str) -> None:
@@ -145,6 +150,7 @@ def apply_if(c: SchemaContext, conj: Conjunction, part: Located, value: Any) -> 
     if value is False:
         c.apply(conj, other)
         return
+    check_negation(c.document, part, "if", cond)
     negated = synthetic(cond, "not", {"corral:nots": [cond]}, ("not", cond))
     _disjunction(conj, "if", part.where, [(cond, then), (negated, other)])
 
@@ -210,7 +216,7 @@ def apply_internal(c: SchemaContext, conj: Conjunction, part: Located, key: str,
     elif key == "corral:notIn":
         conj.excluded.extend(value)
     elif key == "corral:notPattern":
-        conj.not_patterns.extend((p, part.where, False) for p in value)
+        conj.not_patterns.extend((p, site, False) for p, site in value)
     elif key == "corral:unsupported":
         for keyword, where, reason, types in value:
             conj.deferred.append((frozenset(types or ALL_TYPES), keyword, where, reason))
@@ -479,7 +485,7 @@ def negate(c: SchemaContext, sub: Located) -> list[Located]:
             else:
                 pieces.append({"type": kind, opposite: value + 1})
         elif key == "pattern":
-            pieces.append({"type": "string", "corral:notPattern": [value]})
+            pieces.append({"type": "string", "corral:notPattern": [(value, f"{where}/pattern")]})
         elif key == "required":
             pieces.extend({"type": "object", "properties": {name: FORBIDDEN}} for name in value)
         elif key == "properties" and isinstance(value, dict):
@@ -524,7 +530,7 @@ def negate(c: SchemaContext, sub: Located) -> list[Located]:
         elif key == "corral:notInteger":
             pieces.append({"type": "integer"})
         elif key == "corral:notPattern":
-            pieces.extend({"type": "string", "pattern": p} for p in value)
+            pieces.extend({"type": "string", "pattern": p} for p, _ in value)
         elif key in scalars.STRING_KEYWORDS or key in scalars.NUMBER_KEYWORDS or key in _TYPE_OF_KEYWORD or key in (
             "items", "properties", "oneOf", "corral:unsupported", "unevaluatedProperties", "unevaluatedItems",
             "corral:any", "corral:unevaluatedProperties", "corral:unevaluatedItems") or key in UNSUPPORTED_KEYWORDS:
@@ -599,8 +605,11 @@ def _negate_type(types: frozenset, where: str) -> list[dict]:
 # --- concrete values ----------------------------------------------------------------------------
 
 
-def evaluate(c: SchemaContext, part: Located, value: Any) -> bool:
-    """Whether ``value`` satisfies ``part``, judged by ``jsonschema`` on real schemas."""
+def evaluate(c: SchemaContext, part: Located, value: Any, enum_known: bool = False) -> bool:
+    """Whether ``value`` satisfies ``part``, judged by ``jsonschema`` on real schemas.
+
+    ``enum_known``: ``value`` is known to lie in ``part``'s own ``enum``/``const`` (a member of
+    the conjunction's intersected enum), so only the other keywords are judged."""
     if part.origin is not None:
         kind, inner = part.origin
         if kind == "not":
@@ -610,9 +619,13 @@ def evaluate(c: SchemaContext, part: Located, value: Any) -> bool:
         return node
     internal = {k: v for k, v in node.items() if k.startswith("corral:")}
     plain = {k: v for k, v in node.items() if not k.startswith("corral:")} if internal else node
+    pointer = part.pointer
+    if enum_known and ("enum" in plain or "const" in plain):
+        plain = {k: v for k, v in plain.items() if k not in ("enum", "const")}
+        pointer += "!enum-known"
     if plain:
         try:
-            if not c.validator(part.pointer, plain).is_valid(value):
+            if not c.validator(pointer, plain).is_valid(value):
                 return False
         except Exception as exc:  # jsonschema cannot evaluate this schema (e.g. a regex it rejects)
             raise UnsupportedSchemaError("enum", part.where, f"cannot evaluate values against this schema: {exc}") from None
@@ -621,9 +634,9 @@ def evaluate(c: SchemaContext, part: Located, value: Any) -> bool:
             return False
         if key == "corral:all" and not all(evaluate(c, s, value) for s in arg):
             return False
-        if key == "corral:notIn" and canonical(value) in {canonical(v) for v in arg}:
+        if key == "corral:notIn" and canonical(value) in _canonical_set(c, arg):
             return False
-        if key == "corral:notPattern" and isinstance(value, str) and any(pattern_search(c, p, value, part.where) for p in arg):
+        if key == "corral:notPattern" and isinstance(value, str) and any(pattern_search(c, p, value, site) for p, site in arg):
             return False
         if key == "corral:any" and not any(all(evaluate(c, s, value) for s in branch) for branch in arg):
             return False
@@ -631,6 +644,16 @@ def evaluate(c: SchemaContext, part: Located, value: Any) -> bool:
             return False
         # corral:unevaluated*: implied by the real schema holding the keyword, itself an atom
     return True
+
+
+def _canonical_set(c: SchemaContext, values: list) -> frozenset:
+    """``canonical`` of each of ``values`` (a list inside a synthetic schema), computed once per
+    list: a value tested against a long exclusion list must not rebuild it each time."""
+    memo = c.canonical_sets
+    hit = memo.get(id(values))
+    if hit is None or hit[0] is not values:
+        hit = memo[id(values)] = (values, frozenset(canonical(v) for v in values))
+    return hit[1]
 
 
 # --- oneOf ------------------------------------------------------------------------------------
@@ -681,7 +704,7 @@ def _provably_disjoint(c: SchemaContext, a: Conjunction, b: Conjunction) -> bool
         return True
     for x, y in ((a, b), (b, a)):
         if x.enum is not None:
-            return not c.admitted(y, c.admitted(x, c.enum_members(x.enum)))
+            return not c.admitted(y, c.admitted(x, c.enum_members(x.enum), enum_members=True))
     return all(_type_disjoint(c, t, a, b) for t in common)
 
 
@@ -743,7 +766,7 @@ def member_parts(c: SchemaContext, rules: ObjectRules, name: str) -> list[Locate
     entry and every matching ``patternProperties`` entry, else its ``additionalProperties``."""
     parts: list[Located] = []
     for rule in rules.key_rules:
-        matched = [loc for p, loc in rule.patterns if pattern_search(c, p, name, rule.where)]
+        matched = [loc for p, loc in rule.patterns if pattern_search(c, p, name, loc.where)]
         if name in rule.properties:
             parts += [rule.properties[name], *matched]
         elif matched:
@@ -758,7 +781,8 @@ def _forbids(c: SchemaContext, conj: Conjunction, name: str) -> bool:
     if any(not evaluate(c, pn, name) for pn in rules.property_names):
         return True
     if not c.options.additional_properties_default and all(r.additional is None for r in rules.key_rules):
-        if not any(name in r.properties or any(pattern_search(c, p, name, r.where) for p, _ in r.patterns) for r in rules.key_rules):
+        if not any(name in r.properties or any(pattern_search(c, p, name, loc.where) for p, loc in r.patterns)
+                   for r in rules.key_rules):
             return True
     return c.conjunction(member_parts(c, conj.objects, name)).is_empty
 
@@ -766,55 +790,54 @@ def _forbids(c: SchemaContext, conj: Conjunction, name: str) -> bool:
 # --- strings and keys ------------------------------------------------------------------------------
 
 
-def pattern_search(c: SchemaContext, pattern: str, text: str, where: str) -> bool:
-    """JSON Schema ``pattern`` semantics on a concrete string, with corral's regex dialect."""
-    return _pattern_dfa(c, pattern, where).matches(text)
+def pattern_search(c: SchemaContext, pattern: str, text: str, site: str) -> bool:
+    """JSON Schema ``pattern`` semantics on a concrete string, with corral's regex dialect;
+    ``site`` is the pattern's own pointer (``#/a/pattern``, ``#/patternProperties/x``)."""
+    return _pattern_dfa(c, pattern, site).matches(text)
 
 
-def _pattern_dfa(c: SchemaContext, pattern: str, where: str) -> "CodePointDFA":
+def _pattern_dfa(c: SchemaContext, pattern: str, site: str) -> "CodePointDFA":
     cache = c.pattern_dfas
     dfa = cache.get(pattern)
     if dfa is None:
-        try:
-            expr = parse_regex(pattern, search=True)
-        except UnsupportedGrammarError as exc:
-            raise UnsupportedSchemaError("pattern", where, str(exc)) from None
-        except GrammarError as exc:
-            raise GrammarError(f"malformed schema at {where}: bad pattern {pattern!r}: {exc}") from None
+        expr = scalars.parse_pattern(pattern, site)
         try:
             dfa = CodePointDFA.of(expr)
         except (LimitExceeded, UnsupportedGrammarError) as exc:
-            raise UnsupportedSchemaError("pattern", where, _reason(exc)) from None
+            keyword, where = scalars.pattern_site(site)
+            raise UnsupportedSchemaError(keyword, where, _reason(exc)) from None
         cache[pattern] = dfa
     return dfa
 
 
-def pattern_strings(c: SchemaContext, pattern: str, where: str, limit: int) -> list[str] | None:
+def pattern_strings(c: SchemaContext, pattern: str, site: str, limit: int) -> list[str] | None:
     """The strings ``pattern`` matches (search semantics) when finite and at most ``limit``; else ``None``."""
-    return _pattern_dfa(c, pattern, where).finite_strings(limit)
+    return _pattern_dfa(c, pattern, site).finite_strings(limit)
 
 
 def add_pattern(c: SchemaContext, conj: Conjunction, pattern: str, where: str) -> None:
-    """A second ``pattern`` in one conjunction: both must match (intersection at the leaf)."""
-    conj.not_patterns.append((pattern, where, True))
+    """A second ``pattern`` (of the schema at ``where``) in one conjunction: both must match
+    (intersection at the leaf)."""
+    conj.not_patterns.append((pattern, f"{where}/pattern", True))
 
 
 def restricted_string(c: SchemaContext, conj: Conjunction, keywords: dict, patterns: list, excluded: list) -> Expr:
     """Strings under ``keywords`` that match every positive and no negative pattern, minus values."""
     keywords = dict(keywords)
-    include = [(keywords.pop("pattern"), conj.string_where)] if "pattern" in keywords else []
+    include = [(keywords.pop("pattern"), conj.pattern_site)] if "pattern" in keywords else []
     include += [(p, w) for p, w, positive in patterns if positive]
     exclude = [(p, w) for p, w, positive in patterns if not positive]
     return _string_language(c, keywords, include, exclude, excluded, conj.string_where)
 
 
-def _string_language(c: SchemaContext, keywords: dict, include: list, exclude: list, names, where: str) -> Expr:
+def _string_language(c: SchemaContext, keywords: dict, include: list, exclude: list, names, where: str,
+                     keyword: str = "pattern") -> Expr:
     """String tokens under ``keywords``, matching every ``include`` pattern and no ``exclude``
-    pattern, whose value is none of ``names``.
+    pattern (each with its own pointer), whose value is none of ``names``.
 
     Intersections are taken on the byte automata of the scalars module's own tokens (every
     encoding of a value is kept); a complement is taken on code points, where it is exact, and
-    written back as one anchored pattern.
+    written back as one anchored pattern. ``keyword`` names what a too-large product refuses.
     """
     from grammars.automata.byte_dfa import compile_regular, intersect
 
@@ -822,10 +845,11 @@ def _string_language(c: SchemaContext, keywords: dict, include: list, exclude: l
     if not include and not exclude and not keywords:
         return scalars.string_not_in(names)
     if exclude:
-        pattern = _language_pattern(c, include, exclude, names, where)
+        pattern = _language_pattern(c, include, exclude, names, where, keyword)
         return NOTHING if pattern is None else c.string_schema({**keywords, "pattern": pattern}, where)
     first = {**keywords, **({"pattern": include[0][0]} if include else {})}
-    pieces = [c.string_schema(first, where)] + [c.string_schema({"pattern": p}, w) for p, w in include[1:]]
+    pieces = [c.string_schema(first, where, pattern_at=include[0][1] if include else None)]
+    pieces += [c.string_schema({"pattern": p}, where, pattern_at=site) for p, site in include[1:]]
     if names:
         pieces.append(scalars.string_not_in(names))
     if len(pieces) == 1:
@@ -835,18 +859,18 @@ def _string_language(c: SchemaContext, keywords: dict, include: list, exclude: l
         for piece in pieces[1:]:
             dfa = intersect(dfa, compile_regular(piece))
     except LimitExceeded as exc:
-        raise UnsupportedSchemaError("pattern", where, f"intersection of string languages too large: {exc}") from None
+        raise UnsupportedSchemaError(keyword, where, f"intersection of string languages too large: {exc}") from None
     return NOTHING if dfa.is_empty_language else dfa  # a ByteDFA embedded in the IR, as the scalars module does
 
 
 def key_regions(c: SchemaContext, rules, known: set[str]) -> list[tuple[Expr, Expr]]:
     """(key language, value) for every region of undeclared keys, regions pairwise disjoint."""
     where = rules.where
-    patterns: list[str] = []
+    sites: dict[str, str] = {}  # pattern -> its pointer (the first patternProperties entry with it)
     for rule in rules.key_rules:
-        for p, _ in rule.patterns:
-            if p not in patterns:
-                patterns.append(p)
+        for p, loc in rule.patterns:
+            sites.setdefault(p, loc.where)
+    patterns = list(sites)
     if len(patterns) > MAX_KEY_PATTERNS:
         c.unsupported("patternProperties", where, f"more than {MAX_KEY_PATTERNS} patterns in one object")
         patterns = []  # lenient: treat every undeclared key like an unmatched one
@@ -881,10 +905,10 @@ def key_regions(c: SchemaContext, rules, known: set[str]) -> list[tuple[Expr, Ex
         include = list(names_include)
         exclude = list(names_exclude)
         if mask is not None:
-            include += [(p, where) for i, p in enumerate(patterns) if mask >> i & 1]
-            exclude += [(p, where) for i, p in enumerate(patterns) if not mask >> i & 1]
+            include += [(p, sites[p]) for i, p in enumerate(patterns) if mask >> i & 1]
+            exclude += [(p, sites[p]) for i, p in enumerate(patterns) if not mask >> i & 1]
         names = [n for n in known | set(names_excluded) if _may_contain(c, include, exclude, names_kw, n)]
-        key = _string_language(c, names_kw, include, exclude, names, where)
+        key = _string_language(c, names_kw, include, exclude, names, where, "patternProperties" if patterns else "propertyNames")
         if key != NOTHING:
             out.append((key, value))
     return out
@@ -915,7 +939,7 @@ def _property_names_language(c: SchemaContext, rules):
             continue
         for key, value in conj.string.items():
             if key == "pattern":
-                include.append((value, conj.string_where))
+                include.append((value, conj.pattern_site))
             else:
                 keywords[key] = value
         include += [(p, w) for p, w, positive in conj.not_patterns if positive]
@@ -924,7 +948,7 @@ def _property_names_language(c: SchemaContext, rules):
     return keywords, include, exclude, excluded
 
 
-def _language_pattern(c: SchemaContext, include, exclude, names, where: str) -> str | None:
+def _language_pattern(c: SchemaContext, include, exclude, names, where: str, keyword: str) -> str | None:
     """An anchored regex for: matches every ``include``, no ``exclude``, is none of ``names``."""
     if len(include) == 1 and not exclude and not names:
         return include[0][0]
@@ -937,7 +961,7 @@ def _language_pattern(c: SchemaContext, include, exclude, names, where: str) -> 
             dfa = dfa.product(other, mode)
         text = dfa.to_regex()
     except LimitExceeded as exc:
-        raise UnsupportedSchemaError("patternProperties", where, _reason(exc)) from None
+        raise UnsupportedSchemaError(keyword, where, _reason(exc)) from None
     return None if text is None else f"^(?:{text})$"
 
 

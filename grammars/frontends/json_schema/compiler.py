@@ -25,6 +25,14 @@ References: ``$ref`` anywhere in the document or the ``registry`` option's docum
 ``$dynamicRef`` where its target does not depend on the dynamic scope
 (``SchemaDocument.resolve_dynamic``).
 
+Before anything is compiled, ``validation.check_schema`` refuses keyword values the draft's
+meta-schema rejects. Values are built depth first, but never more than ``DEFER_DEPTH`` inline
+ones inside each other: a deeper one becomes a rule built later from a work list, so the front
+end's Python stack stays flat however deep a schema nests (objects in objects, ``$defs``
+chains); a ``RecursionError`` anyway (in-place chains, deep literals) becomes ``LimitExceeded``.
+Integers get their other spellings (``1.0``, ``1e2``) where the draft makes them valid, and
+every narrowing of spellings is reported (``NUMBER_SPELLINGS``, ``SchemaReport.narrowed_values``).
+
 Dialects: keywords of every draft from 4 to 2020-12 are understood (``definitions``, ``id``,
 ``dependencies``, boolean ``exclusiveMinimum``, array-form ``items`` + ``additionalItems``);
 ``$ref`` siblings are ignored in drafts 4–7 and applied from 2019-09 on, as the drafts say.
@@ -32,15 +40,23 @@ Dialects: keywords of every draft from 4 to 2020-12 are understood (``definition
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable
 
 from grammars.errors import (
     GrammarError,
+    LimitExceeded,
     UnsupportedSchemaError,
 )
-from grammars.frontends.json_schema import arrays, combinators, objects, scalars
+from grammars.frontends.json_schema import (
+    arrays,
+    combinators,
+    objects,
+    scalars,
+    validation,
+)
 from grammars.frontends.json_schema.conjunction import (
     ALL_TYPES,
     ARRAY_KEYWORDS,
@@ -61,6 +77,7 @@ from grammars.frontends.json_schema.document import (
     Located,
     SchemaDocument,
     count_keyword,
+    short_pointer,
 )
 from grammars.frontends.json_schema.options import JsonSchemaOptions
 from grammars.frontends.json_schema.values import (
@@ -83,8 +100,16 @@ __all__ = [
     "Conjunction",
 ]
 
-#: nesting of ``$ref``/``allOf``/``not`` applications before the schema is declared degenerate
+#: marks the ``SchemaReport.narrowed`` notes that only limit how numbers may be written
+NUMBER_SPELLINGS = "number spellings:"
+
+#: nesting of in-place applications (``$ref``, ``allOf``, ``not``, ``if`` ...) within one value:
+#: each is a few Python frames, so this stays well inside the recursion limit (an in-place chain
+#: this long is no real schema; structural nesting, objects in objects, has no such bound)
 MAX_APPLY_DEPTH = 200
+#: values built inline, one inside the other, before a deeper one becomes a rule built from a
+#: work list (``SchemaCompiler._defer``): bounds the Python stack whatever the schema's depth
+DEFER_DEPTH = 16
 
 
 
@@ -117,6 +142,13 @@ class SchemaReport:
     def exact(self) -> bool:
         return not self.relaxed
 
+    @property
+    def narrowed_values(self) -> tuple[str, ...]:
+        """``narrowed`` without the notes that only limit how numbers may be written (every
+        ``type: integer`` from draft 6 on rejects some spellings of its integers, such as
+        ``1e+20`` or ``15e1``): the places where some valid *value* has no accepted text."""
+        return tuple(note for note in self.narrowed if NUMBER_SPELLINGS not in note)
+
 
 def parse_json_schema(document: dict | bool, options: JsonSchemaOptions | None = None) -> Grammar:
     """The grammar of JSON texts valid under ``document`` (a loaded schema, see ``load_schema``).
@@ -131,7 +163,9 @@ def parse_json_schema(document: dict | bool, options: JsonSchemaOptions | None =
 def analyze_json_schema(document: dict | bool, options: JsonSchemaOptions | None = None) -> SchemaReport:
     """``parse_json_schema`` plus a ``SchemaReport`` of relaxed, ignored and narrowed constraints."""
     options = options or JsonSchemaOptions()
-    return SchemaCompiler(SchemaDocument.of(document, options.registry), options).run()
+    indexed = SchemaDocument.of(document, options.registry)
+    validation.check_schema(indexed)
+    return SchemaCompiler(indexed, options).run()
 
 
 # --- the compiler -------------------------------------------------------------------------------
@@ -169,13 +203,26 @@ class SchemaCompiler:
         #: depth of nested ``provably_disjoint`` calls (see ``combinators.MAX_DISJOINT_NESTING``)
         self.disjoint_nesting = 0
         self.pattern_dfas: dict = {}  # pattern -> CodePointDFA (combinators)
+        self.canonical_sets: dict = {}  # id(list) -> (list, its canonical values) (combinators.evaluate)
         self._narrowed: list[str] = []
-        self._depth = 0
+        self._depth = 0  # in-place applications (``apply``) now open
+        self._value_depth = 0  # values (``value``) now being built inline, up the Python stack
+        self._deferred: list[tuple[str, list[Located]]] = []  # (rule, parts) built later (``_defer``)
+        self._where = "#"  # the schema being applied, for a message past Python's stack
 
     def run(self) -> SchemaReport:
-        root = self.value((self.document.located_root(),), rule=True)
+        try:
+            root = self.value((self.document.located_root(),), rule=True)
+            while self._deferred:  # values nested deeper than DEFER_DEPTH, one work item each
+                name, resolved = self._deferred.pop()
+                self._build_rule(name, resolved)
+        except RecursionError:
+            raise LimitExceeded(
+                "recursion", sys.getrecursionlimit(),
+                f"the schema at {short_pointer(self._where)} combines subschemas in place (allOf, $ref, anyOf, "
+                "not, ...) or holds values nested too deeply for Python's recursion limit") from None
         self.rules["start"] = self.layout.document(root)
-        grammar = Grammar.of(dict(self.rules), "start", source="<json schema>")
+        grammar = Grammar.of(_referenced_first(self.rules, "start"), "start", source="<json schema>")
         return SchemaReport(grammar, tuple(dict.fromkeys(self._relaxed)), tuple(dict.fromkeys(self._ignored)), tuple(dict.fromkeys(self._narrowed)))
 
     # --- errors, relaxations ---------------------------------------------------------------
@@ -284,20 +331,20 @@ class SchemaCompiler:
             name = self._building[key] or self.fresh_rule_name(_rule_hint(resolved))
             self._building[key] = name
             return Ref(name)
+        if self._value_depth >= DEFER_DEPTH:
+            return self._defer(key, resolved)
         if via_ref or len(resolved) > 1 or any("$ref" in p.node for p in resolved):
             name = self.fresh_rule_name(_rule_hint(resolved))
             self._rule_of[key] = name
             self.rules[name] = NOTHING  # placeholder while building (recursion sees the Ref)
-            self._in_progress.add(name)
-            try:
-                self.rules[name] = self._build(resolved)
-            finally:
-                self._in_progress.discard(name)
+            self._build_rule(name, resolved)
             return Ref(name)
         self._building[key] = None
+        self._value_depth += 1
         try:
             expr = self._build(resolved)
         finally:
+            self._value_depth -= 1
             name = self._building.pop(key)
         if name is not None:
             self.rules[name] = expr
@@ -306,10 +353,40 @@ class SchemaCompiler:
         self._inline[key] = expr
         return expr
 
+    def _build_rule(self, name: str, resolved: list[Located]) -> None:
+        """Build the body of rule ``name`` (already named, a placeholder in ``rules``)."""
+        self._in_progress.add(name)
+        self._value_depth += 1
+        try:
+            self.rules[name] = self._build(resolved)
+        finally:
+            self._value_depth -= 1
+            self._in_progress.discard(name)
+
+    def _defer(self, key: frozenset, resolved: list[Located]) -> Expr:
+        """A value nested ``DEFER_DEPTH`` values deep: a rule now, built later by ``run`` from its
+        work list, so schemas and documents nest as deep as they like without Python recursion.
+
+        The caller cannot look into the value (it is a ``Ref``): an empty value then makes its
+        member or element underivable rather than dropped, the same language; and the subtree
+        is assumed to lead back to an enclosing rule (``back_references``), which only keeps
+        ``objects`` from layouts that would multiply parses through a recursion."""
+        name = self.fresh_rule_name(_rule_hint(resolved))
+        self._rule_of[key] = name
+        self.rules[name] = NOTHING
+        self._deferred.append((name, resolved))
+        self.back_references += 1
+        return Ref(name)
+
     def _follow_plain_refs(self, part: Located) -> tuple[Located, bool]:
-        """Replace a schema that is only a ``$ref`` (plus annotations) by its target."""
+        """Replace a schema that is only a ``$ref`` (plus annotations) by its target; a chain of
+        such references may be as long as the document, a cycle of them is refused."""
         followed = False
-        for _ in range(MAX_APPLY_DEPTH):
+        visited: set[str] = set()
+        while True:
+            if part.pointer in visited:
+                raise UnsupportedSchemaError("$ref", part.where, "a cycle of references that never reaches a schema")
+            visited.add(part.pointer)
             node = part.node
             dynamic = isinstance(node, dict) and "$dynamicRef" in node and "$ref" not in node and self.document.dialect >= 2020
             key = "$dynamicRef" if dynamic else "$ref"
@@ -326,8 +403,6 @@ class SchemaCompiler:
                 self.unsupported(exc.keyword, exc.pointer, exc.reason)
                 return Located(True, part.pointer + "!relaxed", part.base), followed
             followed = True
-        else:
-            raise UnsupportedSchemaError("$ref", part.where, "a cycle of references that never reaches a schema")
         return part, followed
 
     def _build(self, parts: list[Located]) -> Expr:
@@ -366,9 +441,12 @@ class SchemaCompiler:
         if not isinstance(node, dict):
             raise GrammarError(f"malformed schema at {part.where}: a schema must be an object or a boolean, got {type(node).__name__}")
         self._depth += 1
+        self._where = part.where
         try:
             if self._depth > MAX_APPLY_DEPTH:
-                raise UnsupportedSchemaError("$ref", part.where, "schema applies itself without end")
+                raise LimitExceeded("apply_depth", MAX_APPLY_DEPTH,
+                                    f"the schema at {short_pointer(part.where)} is applied in place ($ref, allOf, not, "
+                                    f"if, ...) more than {MAX_APPLY_DEPTH} levels deep")
             conj.atoms.append(part)
             if "$ref" in node:
                 try:
@@ -449,15 +527,18 @@ class SchemaCompiler:
 
     # --- disjunctions -------------------------------------------------------------------------
 
-    def leaves(self, conj: Conjunction, budget: list[int] | None = None) -> list[Conjunction]:
-        """Distribute pending disjunctions: conjunctions without any, whose union is ``conj``."""
+    def leaves(self, conj: Conjunction, budget: list[int] | None = None, origin: Disjunction | None = None) -> list[Conjunction]:
+        """Distribute pending disjunctions: conjunctions without any, whose union is ``conj``.
+        ``origin``: the disjunction being distributed, named when the leaves run out."""
         budget = budget if budget is not None else [self.options.max_combinations]
         if conj.is_empty:
             return []
         if conj.enum is not None or not conj.pending:
             budget[0] -= 1
             if budget[0] < 0:
-                raise UnsupportedSchemaError("anyOf", conj.pending[0].where if conj.pending else "#", f"more than {self.options.max_combinations} combinations of alternatives (JsonSchemaOptions.max_combinations)")
+                keyword, where = (origin.keyword, origin.where) if origin is not None else ("anyOf", conj.objects.where)
+                raise UnsupportedSchemaError(keyword, where, f"more than {self.options.max_combinations} combinations "
+                                             "of alternatives (JsonSchemaOptions.max_combinations)")
             return [conj]
         rest = conj.copy()
         disjunction = rest.pending.pop(0)
@@ -466,7 +547,7 @@ class SchemaCompiler:
             option = rest.copy()
             for part in branch:
                 self.apply(option, part)
-            groups.append(self.leaves(option, budget))
+            groups.append(self.leaves(option, budget, disjunction))
         if disjunction.keyword == "oneOf":
             # judge overlaps without the atoms applied so far: they include the schema holding
             # this oneOf, whose validation (exactly one branch) would make any overlap look empty
@@ -499,7 +580,7 @@ class SchemaCompiler:
             for j, other in enumerate(disjunction.branches):
                 if j != i and (min(i, j), max(i, j)) in overlapping:
                     combinators.apply_negations(self, option, other, disjunction.where)
-            leaves = self.leaves(option, budget)
+            leaves = self.leaves(option, budget, disjunction)
             for leaf in leaves:
                 for types, keyword, where, reason in leaf.deferred:
                     if (types, keyword, where, reason) not in before and intersect_types(types, leaf.types):
@@ -515,23 +596,29 @@ class SchemaCompiler:
         where a number's spelling decides its type (draft 4), each with its ``number_twins``."""
         return [t for v in enum for t in number_twins(v)] if self.integers_by_spelling else enum
 
-    def admitted(self, conj: Conjunction, candidates: Iterable[Any]) -> list:
-        """The ``candidates`` ``conj`` admits: of one of its types and satisfying every atom."""
-        return [v for v in candidates if value_has_type(v, conj.types, self.integers_by_spelling)
-                and all(self.satisfies(v, a) for a in conj.atoms)]
+    def admitted(self, conj: Conjunction, candidates: Iterable[Any], enum_members: bool = False) -> list:
+        """The ``candidates`` ``conj`` admits: of one of its types and satisfying every atom.
 
-    def satisfies(self, value: Any, part: Located) -> bool:
+        ``enum_members``: the candidates are members of ``conj.enum`` (``enum_members``), which
+        already lie in every ``enum`` and ``const`` of the atoms (``Conjunction.restrict_enum``
+        intersected them), so those keywords are not judged again: judging each value against
+        each whole ``enum`` made a large enum cost its size squared."""
+        return [v for v in candidates if value_has_type(v, conj.types, self.integers_by_spelling)
+                and all(self.satisfies(v, a, enum_members) for a in conj.atoms)]
+
+    def satisfies(self, value: Any, part: Located, enum_known: bool = False) -> bool:
         """Does the concrete JSON ``value`` satisfy the (possibly synthetic) schema ``part``?
+        (``enum_known``: ``value`` is known to be in ``part``'s own ``enum``/``const``.)
 
         Memoised per (schema pointer, value as JSON text): the leaves of an expanded
         ``anyOf``/``oneOf`` filter the same ``enum`` values against the same atoms again and
         again (JsonSchemaStore service-schema: 115,000 checks, three minutes of ``jsonschema``).
         The text keeps ``1`` and ``1.0`` apart, as draft 4's ``integer`` does.
         """
-        key = (part.pointer, value_text(value))
+        key = (part.pointer, value_text(value), enum_known)
         hit = self._satisfied.get(key)
         if hit is None:
-            hit = self._satisfied[key] = combinators.evaluate(self, part, value)
+            hit = self._satisfied[key] = combinators.evaluate(self, part, value, enum_known)
         return hit
 
     def validator(self, pointer: str, node: Any):
@@ -561,7 +648,12 @@ class SchemaCompiler:
         if conj.is_empty:
             return NOTHING
         if conj.enum is not None:
-            return literal_values(self.admitted(conj, self.enum_members(conj.enum)), self.layout)
+            members = self.admitted(conj, self.enum_members(conj.enum), enum_members=True)
+            try:
+                return literal_values(members, self.layout)
+            except LimitExceeded as exc:
+                keyword, where = conj.enum_source
+                raise LimitExceeded(exc.limit, exc.value, f"{keyword!r} at {where}: {exc.args[0]}") from None
         self._check_deferred(conj)
         excluded = _excluded_by_type(conj)
         branches: list[Expr] = []
@@ -591,25 +683,34 @@ class SchemaCompiler:
     def _string(self, conj: Conjunction, excluded: list) -> Expr:
         keywords = dict(conj.string)
         patterns = list(conj.not_patterns)
-        excluded = [v for v in excluded if self.string_in(v, keywords, patterns)]
+        excluded = [v for v in excluded if self.string_in(v, keywords, patterns, conj.pattern_site)]
         if patterns or excluded:
             return combinators.restricted_string(self, conj, keywords, patterns, excluded)
-        return self.string_schema(keywords, conj.string_where)
+        return self.string_schema(keywords, conj.string_where, conj.string_sources)
 
-    def string_schema(self, keywords: dict, where: str) -> Expr:
-        """The scalars module's string expression; under ``lenient``, retried without what it rejects."""
-        return self._relaxing(keywords, lambda kept: scalars.string_schema(kept, where, self.options, narrowed=self.narrowed))
+    def string_schema(self, keywords: dict, where: str, sources: dict | None = None, pattern_at: str | None = None) -> Expr:
+        """The scalars module's string expression; under ``lenient``, retried without what it
+        rejects. ``sources``: keyword -> pointer of the schema it came from (``where`` when
+        absent); ``pattern_at``: the pointer of the pattern itself, where it is no ``.../pattern``."""
+        sources = sources or {}
+        site = pattern_at or sources.get("pattern", where) + "/pattern"
+        return self._relaxing(
+            keywords, lambda kept: scalars.string_schema(kept, where, self.options, narrowed=self.narrowed, pattern_at=site),
+            sources)
 
-    def _relaxing(self, keywords: dict, build) -> Expr:
+    def _relaxing(self, keywords: dict, build, sources: dict | None = None) -> Expr:
         """``build(keywords)``; each ``UnsupportedSchemaError`` is reported (``unsupported``: it
         raises unless ``lenient``) and the build retried without the keyword it names (without
-        every keyword when it names none of them)."""
+        every keyword when it names none of them). An error about a keyword is reported at the
+        schema it came from (``sources``), not at the conjunction's first schema."""
         keywords = dict(keywords)
+        sources = sources or {}
         while True:
             try:
                 return build(keywords)
             except UnsupportedSchemaError as exc:
-                self.unsupported(exc.keyword, exc.pointer, exc.reason)
+                pointer = sources.get(exc.keyword, exc.pointer) if exc.keyword != "pattern" else exc.pointer
+                self.unsupported(exc.keyword, pointer, exc.reason)
                 if exc.keyword in keywords:
                     del keywords[exc.keyword]
                 elif keywords:
@@ -617,14 +718,15 @@ class SchemaCompiler:
                 else:
                     raise
 
-    def string_in(self, value: str, keywords: dict, patterns: list) -> bool:
-        """Is ``value`` a string ``keywords`` and ``patterns`` (pattern, where, positive) allow?"""
+    def string_in(self, value: str, keywords: dict, patterns: list, pattern_site: str = "#/pattern") -> bool:
+        """Is ``value`` a string ``keywords`` and ``patterns`` (pattern, its pointer, positive)
+        allow? ``pattern_site``: the pointer of ``keywords["pattern"]``."""
         node = {"type": "string", **{k: v for k, v in keywords.items() if k != "pattern"}}
         try:
             ok = self.validator(f"<string {sorted(node.items())!r}>", node).is_valid(value)
         except Exception:  # a keyword jsonschema cannot evaluate: assume the value may be allowed
             ok = True
-        checks = list(patterns) + ([(keywords["pattern"], "#", True)] if "pattern" in keywords else [])
+        checks = list(patterns) + ([(keywords["pattern"], pattern_site, True)] if "pattern" in keywords else [])
         return ok and all(combinators.pattern_search(self, p, value, w) == positive for p, w, positive in checks)
 
     def _number(self, conj: Conjunction, excluded: list) -> Expr:
@@ -639,11 +741,12 @@ class SchemaCompiler:
             except Exception:  # a keyword jsonschema cannot evaluate: assume the value may be allowed
                 live.append(v)
         if live:
-            expr = alt(self._number_keywords(gap, conj.number_where, integer) for gap in _gaps(keywords, live, conj.number_where))
+            expr = alt(self._number_keywords(gap, conj.number_where, integer, conj.number_sources)
+                       for gap in _gaps(keywords, live, conj.number_where))
         else:
-            expr = self._number_keywords(keywords, conj.number_where, integer)
-        if integer and expr != NOTHING and self.document.dialect >= 6:
-            expr = _with_zero_fractions(expr)
+            expr = self._number_keywords(keywords, conj.number_where, integer, conj.number_sources)
+        if expr != NOTHING and not conj.not_integer:
+            expr = self._number_spellings(expr, keywords, integer, conj.number_where)
         if conj.not_integer and expr != NOTHING:
             from grammars.automata.byte_dfa import compile_regular, intersect
             from grammars.frontends.json_schema.numbers import non_integer_text
@@ -653,19 +756,38 @@ class SchemaCompiler:
             expr = NOTHING if dfa.is_empty_language else dfa
         return expr
 
-    def _number_keywords(self, keywords: dict, where: str, integer: bool) -> Expr:
+    def _number_spellings(self, expr: Expr, keywords: dict, integer: bool, where: str) -> Expr:
+        """``expr`` with the other spellings of its integers where they are numbers of the
+        value's type, and the spelling narrowing reported.
+
+        ``scalars.number_schema`` gives integer texts only for ``type: integer`` and for an
+        integer ``multipleOf``. From draft 6 on ``1.0`` is an integer, and under ``multipleOf``
+        ``9.0`` is a multiple of 3 in every draft, so those spellings are valid too:
+        ``numbers.integral_spellings`` adds the exactly judged ones (zero fractions, normalised
+        exponents, up to 15 digits). Draft 4's ``integer`` is the integer text alone: exact."""
+        if integer and self.document.dialect < 6:
+            return expr
+        if integer or "multipleOf" in keywords:
+            self.narrowed(f"{where}: {NUMBER_SPELLINGS} integers written with a fraction or an exponent ('1.0', "
+                          "'1e2') are accepted at most up to 15 digits, as zero fractions and normalised exponents")
+            return _with_spellings(expr)
+        if any(k in keywords for k in scalars.NUMBER_BOUNDS):
+            self.narrowed(f"{where}: {NUMBER_SPELLINGS} bounded numbers are accepted as integer, plain decimal and "
+                          "normalised scientific texts (not '12e3' or '0.5e1')")
+        return expr
+
+    def _number_keywords(self, keywords: dict, where: str, integer: bool, sources: dict | None = None) -> Expr:
         """The scalars module's number expression; under ``lenient``, retried without what it rejects."""
-        return self._relaxing(keywords, lambda kept: scalars.number_schema(kept, where, self.options, integer=integer))
+        return self._relaxing(keywords, lambda kept: scalars.number_schema(kept, where, self.options, integer=integer),
+                              sources)
 
 
-def _with_zero_fractions(ints: Expr) -> Expr:
-    """Integer texts plus, for those of at most 15 digits, ``.0``, ``.00``, ...: from draft 6 on
-    ``1.0`` is an integer. Python reads it as a ``float``, which is exact up to 15 digits, so
-    bounds and ``multipleOf`` judge it as they judge ``1``; longer texts keep the integer form.
+def _with_spellings(ints: Expr) -> Expr:
+    """Integer texts plus their other spellings (``numbers.integral_spellings``).
 
     Memoised for range expressions (a pure function of the bounds; most schemas' integers are
-    unbounded or share a few bounds); a ``multipleOf`` automaton, compared by identity and
-    possibly large, is not kept."""
+    unbounded or share a few bounds); an expression holding an automaton (``multipleOf``, a
+    large bound), compared by identity and possibly large, is not kept."""
     from grammars.automata.byte_dfa import ByteDFA
     from grammars.ir import Alt, Repeat, Seq
 
@@ -673,42 +795,80 @@ def _with_zero_fractions(ints: Expr) -> Expr:
     while stack:
         e = stack.pop()
         if isinstance(e, ByteDFA):
-            return _zero_fractions(ints)
+            return _spellings(ints)
         if isinstance(e, (Seq, Alt)):
             stack.extend(e.items)
         elif isinstance(e, Repeat):
             stack.append(e.item)
-    return _zero_fractions_of_range(ints)
+    return _spellings_of_range(ints)
 
 
 @lru_cache(maxsize=256)
-def _zero_fractions_of_range(ints: Expr) -> Expr:
-    return _zero_fractions(ints)
+def _spellings_of_range(ints: Expr) -> Expr:
+    return _spellings(ints)
 
 
-def _zero_fractions(ints: Expr) -> Expr:
-    from grammars.automata.byte_dfa import compile_regular, intersect
-    from grammars.ir import repeat, seq
-
-    dfa = intersect(compile_regular(ints), _short_integers())
-    if dfa.is_empty_language:
-        return ints
-    return alt([ints, seq([dfa, Literal("."), repeat(Literal("0"), 1, None)])])
-
-
-@lru_cache(maxsize=1)
-def _short_integers():
-    """Integer texts of at most ``ROUND_TRIP_DIGITS`` digits."""
+def _spellings(ints: Expr) -> Expr:
     from grammars.automata.byte_dfa import compile_regular
-    from grammars.frontends.json_schema.numbers import (
-        DIGIT,
-        NONZERO_DIGIT,
-        ROUND_TRIP_DIGITS,
-    )
-    from grammars.ir import repeat, seq
+    from grammars.frontends.json_schema.numbers import integral_spellings
 
-    digits = alt([Literal("0"), seq([NONZERO_DIGIT, repeat(DIGIT, 0, ROUND_TRIP_DIGITS - 1)])])
-    return compile_regular(seq([repeat(Literal("-"), 0, 1), digits]))
+    others = integral_spellings(compile_regular(ints))
+    return ints if others.is_empty_language else alt([ints, others])
+
+
+def _referenced_first(rules: dict[str, Expr], start: str) -> dict[str, Expr]:
+    """``rules`` ordered so that every rule comes after the rules it refers to (where no cycle
+    forbids it), found with an explicit stack: a consumer that walks rules in order and recurses
+    into references (the lowering's inlining analysis) then finds each reference done already,
+    and its recursion stays shallow however deep the schema nests."""
+    memo: dict[int, tuple[Expr, tuple[str, ...]]] = {}
+    order: dict[str, Expr] = {}
+    seen: set[str] = set()
+    for root in [start, *rules]:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(_references(rules[root], memo)))]
+        while stack:
+            name, refs = stack[-1]
+            for ref in refs:
+                if ref in rules and ref not in seen:
+                    seen.add(ref)
+                    stack.append((ref, iter(_references(rules[ref], memo))))
+                    break
+            else:
+                stack.pop()
+                order[name] = rules[name]
+    return order
+
+
+def _references(expr: Expr, memo: dict[int, tuple[Expr, tuple[str, ...]]]) -> tuple[str, ...]:
+    """Names of the rules ``expr`` refers to, memoised per node (rules share large subtrees, the
+    encodings of strings) and found with an explicit stack."""
+    from grammars.ir import Alt, Repeat, Seq
+
+    if isinstance(expr, Ref):
+        return (expr.name,)
+    if not isinstance(expr, (Seq, Alt, Repeat)):
+        return ()
+    stack: list[tuple[Expr, bool]] = [(expr, False)]
+    while stack:
+        node, ready = stack.pop()
+        if id(node) in memo:
+            continue
+        kids = node.items if isinstance(node, (Seq, Alt)) else (node.item,)  # type: ignore[union-attr]
+        if not ready:
+            stack.append((node, True))
+            stack.extend((k, False) for k in kids if isinstance(k, (Seq, Alt, Repeat)) and id(k) not in memo)
+            continue
+        names: list[str] = []
+        for k in kids:
+            if isinstance(k, Ref):
+                names.append(k.name)
+            elif isinstance(k, (Seq, Alt, Repeat)):
+                names.extend(memo[id(k)][1])
+        memo[id(node)] = (node, tuple(dict.fromkeys(names)))
+    return memo[id(expr)][1]
 
 
 def _gaps(keywords: dict, excluded: list, where: str) -> list[dict]:
@@ -748,10 +908,14 @@ def _type(c: SchemaCompiler, conj: Conjunction, part: Located, value: Any) -> No
 def _enum(c: SchemaCompiler, conj: Conjunction, part: Located, value: Any) -> None:
     if not isinstance(value, list):
         raise GrammarError(f"malformed schema at {part.where}: 'enum' must be an array, got {value!r}")
+    if conj.enum is None:
+        conj.enum_source = ("enum", part.where)
     conj.restrict_enum(value)
 
 
 def _const(c: SchemaCompiler, conj: Conjunction, part: Located, value: Any) -> None:
+    if conj.enum is None:
+        conj.enum_source = ("const", part.where)
     conj.restrict_enum([value])
 
 
@@ -804,29 +968,45 @@ def _excluded_by_type(conj: Conjunction) -> dict[str, list]:
 
 def _merge_number_keywords(conj: Conjunction, numbers: dict, where: str) -> None:
     merged = dict(conj.number)
+    sources = conj.number_sources
     if not conj.number:
         conj.number_where = where
     for key, value in numbers.items():
         if key not in merged:
             merged[key] = value
+            sources[key] = where
         elif key in ("minimum", "exclusiveMinimum"):
-            merged[key] = max(merged[key], value)
+            if _exact(value) > _exact(merged[key]):
+                merged[key] = value
+                sources[key] = where
         elif key in ("maximum", "exclusiveMaximum"):
-            merged[key] = min(merged[key], value)
+            if _exact(value) < _exact(merged[key]):
+                merged[key] = value
+                sources[key] = where
         elif key == "multipleOf":
             merged[key] = _merge_multiple_of(merged[key], value, where)
+            sources[key] = where
         elif canonical(merged[key]) != canonical(value):
             raise UnsupportedSchemaError(key, where, f"two different {key!r} values in one conjunction")
     # keep only the tighter of inclusive/exclusive bounds on each side
     for inclusive, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
         if inclusive in merged and exclusive in merged:
             lower = inclusive == "minimum"
-            a, b = merged[inclusive], merged[exclusive]
+            a, b = _exact(merged[inclusive]), _exact(merged[exclusive])
             if (b >= a) if lower else (b <= a):
                 del merged[inclusive]
             else:
                 del merged[exclusive]
     conj.number = merged
+
+
+def _exact(value: float):
+    """A bound as an exact rational: a float as the decimal its ``repr`` writes, an int as itself
+    (comparing an int beyond the float range with a float is exact in Python, but a float's
+    binary value is not the decimal the schema wrote)."""
+    from fractions import Fraction
+
+    return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
 
 
 def _merge_multiple_of(a: int | float, b: int | float, where: str) -> int | float:
@@ -852,13 +1032,18 @@ def _merge_string_keywords(c: SchemaCompiler, conj: Conjunction, strings: dict, 
         if key in ("minLength", "maxLength"):
             value = count_keyword(value, key, where)
         if key == "pattern" and not isinstance(value, str):
-            raise GrammarError(f"malformed schema at {where}: 'pattern' must be a string, got {value!r}")
+            raise GrammarError(f"malformed schema at {where}/pattern: 'pattern' must be a string, got {value!r}")
         if key not in merged:
             merged[key] = value
+            conj.string_sources[key] = where
         elif key == "minLength":
-            merged[key] = max(merged[key], value)
+            if value > merged[key]:
+                merged[key] = value
+                conj.string_sources[key] = where
         elif key == "maxLength":
-            merged[key] = min(merged[key], value)
+            if value < merged[key]:
+                merged[key] = value
+                conj.string_sources[key] = where
         elif merged[key] == value:
             continue
         elif key == "pattern":

@@ -173,12 +173,19 @@ class Conjunction:
 
     types: frozenset = ALL_TYPES
     enum: list | None = None
+    #: (keyword, pointer) of the first ``enum``/``const`` in ``enum``, for messages
+    enum_source: tuple = ("enum", "#")
     excluded: list = field(default_factory=list)
     string: dict = field(default_factory=dict)
     string_where: str = "#"
-    not_patterns: list = field(default_factory=list)  # (pattern, where)
+    #: keyword -> pointer of the schema whose value of it is in force in ``string`` / ``number``
+    #: (a merged conjunction's keywords come from several schemas; messages name the right one)
+    string_sources: dict = field(default_factory=dict)
+    #: (pattern, pointer of the pattern itself, must match) beyond ``string["pattern"]``
+    not_patterns: list = field(default_factory=list)
     number: dict = field(default_factory=dict)
     number_where: str = "#"
+    number_sources: dict = field(default_factory=dict)
     objects: ObjectRules = field(default_factory=ObjectRules)
     arrays: ArrayRules = field(default_factory=ArrayRules)
     pending: list = field(default_factory=list)
@@ -191,12 +198,15 @@ class Conjunction:
         return Conjunction(
             types=self.types,
             enum=None if self.enum is None else list(self.enum),
+            enum_source=self.enum_source,
             excluded=list(self.excluded),
             string=dict(self.string),
             string_where=self.string_where,
+            string_sources=dict(self.string_sources),
             not_patterns=list(self.not_patterns),
             number=dict(self.number),
             number_where=self.number_where,
+            number_sources=dict(self.number_sources),
             objects=self.objects.copy(),
             arrays=self.arrays.copy(),
             pending=list(self.pending),
@@ -219,6 +229,11 @@ class Conjunction:
     @property
     def is_empty(self) -> bool:
         return not self.types or (self.enum is not None and not self.enum)
+
+    @property
+    def pattern_site(self) -> str:
+        """The pointer of ``string["pattern"]`` itself."""
+        return self.string_sources.get("pattern", self.string_where) + "/pattern"
 
 
 def synthetic(owner: Located, tag: str, node: Any, origin: tuple | None = None) -> Located:
@@ -244,19 +259,22 @@ class SchemaContext(Protocol):
     disjoint_nesting: int
     #: pattern -> its code-point DFA, memoised by ``combinators``
     pattern_dfas: dict
+    #: id(list) -> (list, frozenset of its ``canonical`` values), memoised by ``combinators``
+    canonical_sets: dict
 
     def value(self, parts: Iterable[Located], *, rule: bool = False) -> Expr: ...
     def conjunction(self, parts: Iterable[Located]) -> Conjunction: ...
     def apply(self, conj: Conjunction, part: Located) -> None: ...
     def active_keywords(self, node: dict, part: Located) -> dict: ...
-    def leaves(self, conj: Conjunction, budget: list[int] | None = None) -> list[Conjunction]: ...
+    def leaves(self, conj: Conjunction, budget: list[int] | None = None, origin: Disjunction | None = None) -> list[Conjunction]: ...
     def enum_members(self, enum: list) -> list: ...
-    def admitted(self, conj: Conjunction, candidates: Iterable[Any]) -> list: ...
-    def satisfies(self, value: Any, part: Located) -> bool: ...
+    def admitted(self, conj: Conjunction, candidates: Iterable[Any], enum_members: bool = False) -> list: ...
+    def satisfies(self, value: Any, part: Located, enum_known: bool = False) -> bool: ...
     def validator(self, pointer: str, node: Any): ...
     def any_value(self) -> Expr: ...
-    def string_schema(self, keywords: dict, where: str) -> Expr: ...
-    def string_in(self, value: str, keywords: dict, patterns: list) -> bool: ...
+    def string_schema(self, keywords: dict, where: str, sources: dict | None = None,
+                      pattern_at: str | None = None) -> Expr: ...
+    def string_in(self, value: str, keywords: dict, patterns: list, pattern_site: str = "#/pattern") -> bool: ...
     def fresh_rule_name(self, hint: str) -> str: ...
     def add_rule(self, hint: str, expr: Expr) -> Expr: ...
     def add_recursive_rule(self, hint: str, build: Callable[[Expr], Expr]) -> Expr: ...

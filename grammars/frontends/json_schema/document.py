@@ -10,6 +10,9 @@ URIs (``other.json#/x`` where ``other.json`` is an embedded resource), and docum
 ``registry`` option (indexed the same way, at pointers ``<uri>#/...``). References that leave
 both are unsupported (``UnsupportedSchemaError``); references that point nowhere are errors.
 
+Loading and indexing use explicit stacks, so a document nests as deep as ``MAX_DOCUMENT_DEPTH``
+JSON levels (a structure containing itself stops there too) with a ``LimitExceeded`` beyond.
+
 A schema position is identified by its JSON pointer from the document root, written as a URI
 fragment (``#/properties/a``); the compiler uses it as the identity of a subschema (one grammar
 rule per referenced subschema) and in every error message.
@@ -24,7 +27,12 @@ from enum import IntEnum
 from typing import Any, Iterator
 from urllib.parse import unquote, urldefrag, urljoin
 
-from grammars.errors import GrammarError, GrammarSyntaxError, UnsupportedSchemaError
+from grammars.errors import (
+    GrammarError,
+    GrammarSyntaxError,
+    LimitExceeded,
+    UnsupportedSchemaError,
+)
 
 __all__ = [
     "Dialect",
@@ -33,8 +41,15 @@ __all__ = [
     "load_schema",
     "pointer_child",
     "escape_token",
+    "short_pointer",
+    "MAX_DOCUMENT_DEPTH",
     "DEFAULT_BASE_URI",
 ]
+
+#: JSON nesting (objects and arrays) a schema document may have: far beyond real schemas (a
+#: schema nested 1,000 objects deep is about 2,000 levels), and what stops a Python structure
+#: that contains itself
+MAX_DOCUMENT_DEPTH = 10_000
 
 #: Base URI of a document without ``$id``; ``.invalid`` guarantees it never names a real resource.
 DEFAULT_BASE_URI = "https://corral.invalid/schema.json"
@@ -118,21 +133,37 @@ def load_schema(schema: Any) -> dict | bool:
 
 
 def _plain_copy(value: Any, pointer: str) -> Any:
-    """Deep copy as plain JSON types, rejecting what JSON cannot represent."""
-    if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise GrammarError(f"malformed schema at {pointer}: object key {key!r} is not a string")
-            out[key] = _plain_copy(item, pointer_child(pointer, key))
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_plain_copy(item, pointer_child(pointer, str(i))) for i, item in enumerate(value)]
-    if isinstance(value, float) and not math.isfinite(value):
-        raise GrammarError(f"malformed schema at {pointer}: {value!r} is not a JSON number")
-    if value is None or isinstance(value, (str, bool, int, float)):
-        return value
-    raise GrammarError(f"malformed schema at {pointer}: a {type(value).__name__} is not a JSON value")
+    """Deep copy as plain JSON types, rejecting what JSON cannot represent.
+
+    Iterative (an explicit stack of containers still to fill), so documents nested deeper than
+    Python's recursion limit load like any other."""
+    root: list = [None]
+    stack: list[tuple[Any, str, Any, Any, int]] = [(value, pointer, root, 0, 0)]  # (value, pointer, parent, slot, depth)
+    while stack:
+        item, where, parent, slot, depth = stack.pop()
+        if depth > MAX_DOCUMENT_DEPTH and isinstance(item, (dict, list, tuple)):
+            raise LimitExceeded("schema_depth", MAX_DOCUMENT_DEPTH,
+                                f"the schema document nests deeper than {MAX_DOCUMENT_DEPTH} levels at {short_pointer(where)} "
+                                "(or contains itself)")
+        if isinstance(item, dict):
+            out: dict = {}
+            parent[slot] = out
+            for key in item:
+                if not isinstance(key, str):
+                    raise GrammarError(f"malformed schema at {where}: object key {key!r} is not a string")
+                out[key] = None  # keeps the key order; filled below
+            stack.extend((sub, where + "/" + escape_token(key), out, key, depth + 1) for key, sub in reversed(item.items()))
+        elif isinstance(item, (list, tuple)):
+            out_list: list = [None] * len(item)
+            parent[slot] = out_list
+            stack.extend((sub, f"{where}/{i}", out_list, i, depth + 1) for i, sub in reversed(list(enumerate(item))))
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise GrammarError(f"malformed schema at {where}: {item!r} is not a JSON number")
+        elif item is None or isinstance(item, (str, bool, int, float)):
+            parent[slot] = item
+        else:
+            raise GrammarError(f"malformed schema at {where}: a {type(item).__name__} is not a JSON value")
+    return root[0]
 
 
 # --- pointers -----------------------------------------------------------------------------
@@ -145,6 +176,14 @@ def escape_token(token: str) -> str:
 
 def _unescape_token(token: str) -> str:
     return token.replace("~1", "/").replace("~0", "~")
+
+
+def short_pointer(pointer: str, limit: int = 160) -> str:
+    """``pointer`` for a message: a pointer longer than ``limit`` keeps its start and end."""
+    if len(pointer) <= limit:
+        return pointer
+    half = limit // 2
+    return f"{pointer[:half]}...{pointer[-half:]}"
 
 
 def pointer_child(pointer: str, *tokens: str) -> str:
@@ -207,6 +246,8 @@ class SchemaDocument:
     root: Any
     dialect: Dialect
     base_of: dict[str, str] = field(default_factory=dict)  # schema pointer -> base URI
+    nodes: dict[str, Any] = field(default_factory=dict)  # schema pointer -> schema, in document order
+    in_place: dict[str, list] = field(default_factory=dict)  # pointer -> same-instance positions (validation)
     resources: dict[str, str] = field(default_factory=dict)  # resource URI -> pointer
     anchors: dict[tuple[str, str], str] = field(default_factory=dict)  # (resource URI, name) -> pointer
     dynamic_anchors: dict[str, set] = field(default_factory=dict)  # name -> {(resource URI, pointer)}
@@ -223,8 +264,9 @@ class SchemaDocument:
         """
         doc = cls(document, _dialect_of(document))
         doc.resources[DEFAULT_BASE_URI] = "#"
-        for pointer, _node, base in doc._walk(document, "#", DEFAULT_BASE_URI):
+        for pointer, node, base in doc._walk(document, "#", DEFAULT_BASE_URI):
             doc.base_of[pointer] = base
+            doc.nodes[pointer] = node
         for uri, text in registry:
             uri = urldefrag(uri)[0]
             if uri in doc.resources:
@@ -235,8 +277,9 @@ class SchemaDocument:
             if isinstance(node, dict) and "$schema" in node and _dialect_of(node) != doc.dialect:
                 doc.foreign[uri] = _dialect_of(node)
                 continue
-            for pointer, _node, base in doc._walk(node, uri + "#", uri):
+            for pointer, sub, base in doc._walk(node, uri + "#", uri):
                 doc.base_of[pointer] = base
+                doc.nodes[pointer] = sub
         return doc
 
     def located_root(self) -> Located:
@@ -253,17 +296,17 @@ class SchemaDocument:
                 continue
             base = self._enter(node, pointer, base)
             yield pointer, node, base
+            children = []
             for key, value in node.items():
                 if key in ("enum", "const", "default", "examples"):
                     continue
                 if key in SUBSCHEMA_MAP and isinstance(value, dict):
-                    for name, sub in value.items():
-                        stack.append((sub, pointer_child(pointer, key, name), base))
+                    children += [(sub, pointer_child(pointer, key, name), base) for name, sub in value.items()]
                 elif key in SUBSCHEMA_LIST and isinstance(value, list):
-                    for i, sub in enumerate(value):
-                        stack.append((sub, pointer_child(pointer, key, str(i)), base))
+                    children += [(sub, pointer_child(pointer, key, str(i)), base) for i, sub in enumerate(value)]
                 elif key in SUBSCHEMA_ONE and isinstance(value, (dict, bool)):
-                    stack.append((value, pointer_child(pointer, key), base))
+                    children.append((value, pointer_child(pointer, key), base))
+            stack.extend(reversed(children))  # popped in document order
 
     def _enter(self, node: dict, pointer: str, base: str) -> str:
         """Register ``node``'s ``$id``/anchors; return its base URI."""
@@ -313,14 +356,17 @@ class SchemaDocument:
             return Located(self.node_at(target), target, self.base_of.get(target, uri))
         node = self.node_at(resource)
         pointer = resource
-        for raw in fragment.split("/")[1:] if fragment else ():
+        raws = fragment.split("/")[1:] if fragment else []
+        for i, raw in enumerate(raws):
             token = _unescape_token(raw)
             if isinstance(node, dict) and token in node:
                 node = node[token]
             elif isinstance(node, list) and token.isdigit() and (token == "0" or not token.startswith("0")) and int(token) < len(node):
                 node = node[int(token)]
             else:
-                raise GrammarError(f"$ref {ref!r} at {at.where}: {pointer_child(pointer, token)} does not exist in the document")
+                # echo the pointer as the reference wrote it (re-escaping "a~2b" would show "a~02b")
+                written = resource.rstrip("/") + "/" + "/".join(raws[: i + 1])
+                raise GrammarError(f"$ref {ref!r} at {at.where}: {written} does not exist in the document")
             pointer = pointer_child(pointer, token)
         if not isinstance(node, (dict, bool)):
             raise GrammarError(f"$ref {ref!r} at {at.where}: {pointer} is a {type(node).__name__}, not a schema")

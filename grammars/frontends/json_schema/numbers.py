@@ -14,17 +14,21 @@ A bound constrains the text only if the instance satisfies it under *both* readi
 mathematical value of the text against the decimal the schema wrote (``repr`` of a float bound),
 and the Python reading (``int`` exact, or ``float(text)`` rounded) against the bound's float. So
 whatever a bounded number grammar accepts is valid for a decimal-exact validator and for
-``jsonschema`` alike. The price, documented where it is paid:
+``jsonschema`` alike. Integer bounds written as ints are exact at any size (Fractions and ints
+throughout, never floats; bounds of more than 25 significant digits get their automaton built
+directly, ``integer_range_dfa``). The price, documented where it is paid and reported by the
+compiler in ``SchemaReport.narrowed``:
 
 * bounded ``number`` schemas do not accept non-normalised exponent texts (``12e3``, ``0.5e1``);
-* a bound is rounded *inward* to 25 significant digits (and a float-reading bound to magnitudes
-  of at least 1e-40), so texts with more than 25 significant digits, or tiny magnitudes next to
-  a bound of 0, may be rejected although valid;
+* a float bound is rounded *inward* to 25 significant digits (and a float-reading bound to
+  magnitudes of at least 1e-40), so texts with more than 25 significant digits next to such a
+  bound, or tiny magnitudes next to a bound of 0, may be rejected although valid;
 * a finite bound beyond ``PLAIN_MAGNITUDE_CAP`` (1e40) in magnitude, like ``maximum: 1.8e308``,
-  narrows integer and plain-decimal texts to magnitudes up to 1e40 (scientific texts keep the
-  exact bound);
-* ``type: integer`` accepts integer texts only (``1.0`` and ``1e2`` are integers from draft 6 on,
-  but not in draft 4, and the compiler does not know the draft);
+  narrows plain-decimal texts to magnitudes up to 1e40 (integer and scientific texts keep the
+  bound);
+* integers in other spellings (``1.0``, ``1e2``: integers from draft 6 on, and multiples under
+  ``multipleOf`` in every draft) are accepted up to 15 digits in zero-fraction and normalised
+  scientific form (``integral_spellings``), where every reading agrees;
 * ``multipleOf``: see ``multiple_of_dfa``.
 """
 
@@ -38,7 +42,14 @@ from typing import Callable
 
 import numpy as np
 
-from grammars.automata.byte_dfa import ByteDFA, compile_regular, minimize
+from grammars.automata.byte_dfa import (
+    ByteDFA,
+    compile_regular,
+    from_transitions,
+    intersect,
+    minimize,
+    union,
+)
 from grammars.ir import EMPTY, NOTHING, Expr, Literal, alt, chars, repeat, seq
 
 __all__ = [
@@ -50,6 +61,10 @@ __all__ = [
     "fixed_width_range",
     "natural_range",
     "integer_range",
+    "integer_range_dfa",
+    "integral_spellings",
+    "integer_texts",
+    "EXACT_INTEGERS",
     "decimal_ge",
     "decimal_le",
     "float_reading_bound",
@@ -62,7 +77,6 @@ __all__ = [
     "MIN_MAGNITUDE_EXPONENT",
     "MAX_MODULUS",
     "PLAIN_MAGNITUDE_CAP",
-    "clamp_integer_bounds",
 ]
 
 DIGIT = chars(("0", "9"))
@@ -208,6 +222,8 @@ def integer_range(lo: int | None, hi: int | None) -> Expr:
             raise ValueError(f"integer bound with more than {MAX_BOUND_DIGITS} digits")
     if lo is not None and hi is not None and lo > hi:
         return NOTHING
+    if any(b is not None and _significant_digits(b) > SIGNIFICANT_DIGITS for b in (lo, hi)):
+        return integer_range_dfa(lo, hi)  # type: ignore[return-value]  # a ByteDFA inside the IR
     parts: list[Expr] = []
     if hi is None or hi >= 0:
         parts.append(natural_range(0 if lo is None else max(lo, 0), hi))
@@ -218,6 +234,86 @@ def integer_range(lo: int | None, hi: int | None) -> Expr:
     if (lo is None or lo <= 0) and (hi is None or hi >= 0):
         parts.append(Literal("-0"))
     return alt(parts)
+
+
+def _significant_digits(value: int) -> int:
+    """Digits of ``value`` up to its last nonzero one (0 has none)."""
+    return len(str(abs(value)).rstrip("0"))
+
+
+def integer_range_dfa(lo: int | None, hi: int | None) -> ByteDFA:
+    """``integer_range`` built directly as a DFA, for bounds of any number of significant digits.
+
+    The expression ``integer_range`` writes nests one level per significant digit of a bound,
+    which the automaton builders walk recursively; this builds the automaton instead, one
+    comparison state per digit position: ``(digits read, prefix vs the lower bound's, prefix vs
+    the upper bound's)``, so its size is linear in the digits and no recursion is involved."""
+    rows: list[dict[int, int]] = [{}]
+    accepting: list[int] = []
+    neg_lo = None if hi is None else max(-hi, 0)
+    if hi is None or hi >= 0:
+        _magnitude_states(rows, accepting, 0, 0 if lo is None else max(lo, 0), hi)
+    if lo is None or lo <= 0:
+        minus = len(rows)
+        rows.append({})
+        rows[0][ord("-")] = minus
+        _magnitude_states(rows, accepting, minus, 0 if neg_lo is None else neg_lo, None if lo is None else -lo)
+    src = [q for q, row in enumerate(rows) for _ in row]
+    byte = [b for row in rows for b in row]
+    dst = [t for row in rows for t in row.values()]
+    if not accepting:
+        return ByteDFA(np.zeros((0, 256), dtype=np.int32), np.zeros(0, dtype=bool), -1)
+    return from_transitions(len(rows), src, byte, dst, accepting)
+
+
+def _magnitude_states(rows: list[dict[int, int]], accepting: list[int], start: int, a: int, b: int | None) -> None:
+    """Add, below ``start``, the canonical texts (``0`` or no leading zero) of the naturals in
+    ``[a, b]`` (``b=None``: unbounded). States are ``(digits read, sign of prefix - a's prefix,
+    sign of prefix - b's prefix)``; a prefix longer than ``a`` is greater, so past ``len(a)``
+    digits an unbounded range saturates."""
+    if b is not None and b < a:
+        return
+    low, high = str(a), None if b is None else str(b)
+    ids: dict[tuple[int, int, int], int] = {}
+    todo: list[tuple[int, int, int]] = []
+
+    def state(key: tuple[int, int, int]) -> int:
+        if key not in ids:
+            ids[key] = len(rows)
+            rows.append({})
+            k, ca, cb = key
+            fits_low = k > len(low) or (k == len(low) and ca >= 0)
+            fits_high = high is None or k < len(high) or (k == len(high) and cb <= 0)
+            if fits_low and fits_high:
+                accepting.append(ids[key])
+            todo.append(key)
+        return ids[key]
+
+    def step(key: tuple[int, int, int], d: int) -> tuple[int, int, int] | None:
+        k, ca, cb = key
+        if high is not None and k + 1 > len(high):
+            return None  # longer than the upper bound
+        nk = k + 1 if high is not None else min(k + 1, len(low) + 1)
+        nca = 1 if k + 1 > len(low) else ca or (d > int(low[k])) - (d < int(low[k]))
+        ncb = 0 if high is None else cb or (d > int(high[k])) - (d < int(high[k]))
+        return nk, nca, ncb
+
+    if a == 0:
+        zero = len(rows)
+        rows.append({})
+        accepting.append(zero)
+        rows[start][ord("0")] = zero
+    for d in range(1, 10):
+        first = step((0, 0, 0), d)
+        if first is not None:
+            rows[start][ord("0") + d] = state(first)
+    while todo:
+        key = todo.pop()
+        here = ids[key]
+        for d in range(10):
+            nxt = step(key, d)
+            if nxt is not None:
+                rows[here][ord("0") + d] = state(nxt)
 
 
 # ------------------------------------------------------------------------------------------
@@ -422,18 +518,6 @@ def decimal_le(bound: Fraction, strict: bool) -> Expr:
     return alt([_plain_clamped(bound, strict, False), _signed(_ScientificFamily, bound, strict, lower=False)])
 
 
-def clamp_integer_bounds(lo: int | None, hi: int | None) -> tuple[int | None, int | None]:
-    """Narrow finite integer bounds beyond ``PLAIN_MAGNITUDE_CAP`` to it (see the module docstring)."""
-    cap = PLAIN_MAGNITUDE_CAP
-    if (lo is not None and lo > cap) or (hi is not None and hi < -cap):
-        return 1, 0  # every qualifying integer is beyond the cap: none is accepted
-    if lo is not None:
-        lo = lo if lo >= -cap else -cap
-    if hi is not None:
-        hi = hi if hi <= cap else cap
-    return lo, hi
-
-
 # ------------------------------------------------------------------------------------------
 # bounds under both readings
 
@@ -447,6 +531,9 @@ class Bound:
     binary: Fraction
     strict: bool
     lower: bool
+    #: written as a float: its exact binary value may need rounding (``integer_reading_bound``);
+    #: an int bound is exact at any size
+    from_float: bool = False
 
     @classmethod
     def of(cls, value: int | float, *, strict: bool, lower: bool) -> "Bound":
@@ -455,7 +542,7 @@ class Bound:
         if isinstance(value, float):
             if not math.isfinite(value):
                 raise ValueError(f"bound must be finite, got {value!r}")
-            return cls(Fraction(repr(value)), Fraction(value), strict, lower)
+            return cls(Fraction(repr(value)), Fraction(value), strict, lower, True)
         return cls(Fraction(value), Fraction(value), strict, lower)
 
 
@@ -474,11 +561,11 @@ def integer_reading_bound(bound: Bound) -> int:
         result = math.floor(value) + 1 if strict else math.ceil(value)
     else:
         result = math.ceil(value) - 1 if strict else math.floor(value)
-    # more significant digits than SIGNIFICANT_DIGITS (e.g. the exact value of 1.8e308): round
-    # inward, so the range IR has few pieces; only integers of that many digits near the bound
-    # are lost
+    # a float bound's exact binary value may have hundreds of significant digits (that of 1.8e308
+    # has 309): round inward to SIGNIFICANT_DIGITS, so the range IR has few pieces; only integers
+    # of that many digits next to the bound are lost (a narrowing). An int bound stays exact.
     digits = len(str(abs(result)))
-    if digits > SIGNIFICANT_DIGITS:
+    if bound.from_float and digits > SIGNIFICANT_DIGITS:
         scale = 10 ** (digits - SIGNIFICANT_DIGITS)
         result = -((-result) // scale) * scale if bound.lower else (result // scale) * scale
     return result
@@ -492,14 +579,21 @@ def float_reading_bound(bound: Bound) -> tuple[Fraction, bool]:
     (``SIGNIFICANT_DIGITS``, ``MIN_MAGNITUDE_EXPONENT``) so the grammar stays small.
     """
     if not bound.lower:
-        mirrored = Bound(-bound.written, -bound.binary, bound.strict, True)
+        mirrored = Bound(-bound.written, -bound.binary, bound.strict, True, bound.from_float)
         value, strict = float_reading_bound(mirrored)
         return -value, strict
+    top = Fraction(sys.float_info.max)
+    overflow = (top + Fraction(2**1024)) / 2  # texts from here on read as inf (the tie rounds to even)
+    if bound.binary > top:
+        # an int bound beyond every float: only inf satisfies it, i.e. texts from ``overflow`` on
+        chosen = _tighter((bound.written, bound.strict), (overflow, False), True)
+        return _round_inward(chosen[0], chosen[1], lower=True)
+    if bound.binary < -top:
+        # below every float: each finite float and inf satisfy it, -inf (texts up to -overflow) not
+        chosen = _tighter((bound.written, bound.strict), (-overflow, True), True)
+        return _round_inward(chosen[0], chosen[1], lower=True)
     # smallest float c with c >= binary (c > binary when strict)
-    try:
-        c = float(bound.binary)
-    except OverflowError:
-        raise ValueError("bound beyond the float range") from None
+    c = float(bound.binary)
     if Fraction(c) < bound.binary or (bound.strict and Fraction(c) == bound.binary):
         c = math.nextafter(c, math.inf)
     if not math.isfinite(c):
@@ -617,3 +711,139 @@ def non_integer_text() -> Expr:
     for width in range(1, ROUND_TRIP_DIGITS):
         out.append(seq([NONZERO_DIGIT, repeat(DIGIT, width - 1, width - 1), Literal("."), frac(ROUND_TRIP_DIGITS - width)]))
     return seq([repeat(Literal("-"), 0, 1), alt(out)])
+
+
+# ------------------------------------------------------------------------------------------
+# integers in other spellings
+
+#: integers whose other spellings are accepted: a double holds every integer up to 2**53
+#: exactly, so up to there ``float(text)`` of any spelling of an integer is that integer and
+#: Python's reading and the mathematical one agree on every keyword (type, bounds,
+#: ``multipleOf``, ``enum``); the 15-digit integers keep the automata small (a bound of 2**53
+#: itself costs a comparison state per digit)
+EXACT_INTEGERS = 10**15 - 1
+#: largest exponent of the scientific spellings ``integral_spellings`` accepts (every integer up
+#: to ``EXACT_INTEGERS`` has at most 15 digits)
+MAX_SPELLING_EXPONENT = 14
+#: character-level states (integer automaton states times significant digits) past which
+#: ``integral_spellings`` leaves out the scientific spellings (a ``multipleOf`` of 10,000 has
+#: 10,000 residues, each needing its own exponent automaton)
+MAX_SPELLING_STATES = 40_000
+
+
+def integral_spellings(ints: ByteDFA) -> ByteDFA:
+    """Texts other than integer texts that spell, exactly, an integer whose integer text is in
+    ``ints`` (a DFA over ``-?(0|[1-9][0-9]*)``, ``-0`` for a zero written with a minus sign), for
+    integers up to ``EXACT_INTEGERS`` in magnitude:
+
+    * zero fractions: ``1.0``, ``-12.000``, ``0.0``;
+    * normalised scientific texts: one nonzero digit, an optional fraction, an exponent of at
+      most ``MAX_SPELLING_EXPONENT`` written with any leading zeros and an optional ``+``
+      (``1e2``, ``1.5E+03``, ``2.50e001``; ``e-0`` for exponent 0), when the value is an
+      integer: ``1.5e1`` yes, ``1.55e1`` no;
+    * zero with any exponent: ``0e5``, ``-0.0E-3``.
+
+    Not included (a narrowing the callers report): larger magnitudes, non-normalised exponent
+    texts (``15e1``, ``0.15e3``, ``150e-1``), and the scientific spellings when the integer
+    automaton is too large (``MAX_SPELLING_STATES``). The result may be empty.
+    """
+    bounded = intersect(ints, integer_range_dfa(-EXACT_INTEGERS, EXACT_INTEGERS))
+    if bounded.is_empty_language:
+        return bounded
+    parts = [compile_regular(seq([bounded, Literal("."), repeat(Literal("0"), 1, None)]))]
+    exponent = seq([chars("eE"), repeat(chars("+-"), 0, 1), repeat(DIGIT, 1, None)])
+    for sign in ("", "-"):
+        if bounded.matches(f"{sign}0".encode()):
+            parts.append(compile_regular(seq([Literal(sign + "0"), repeat(seq([Literal("."), repeat(Literal("0"), 1, None)]), 0, 1), exponent])))
+    if bounded.n_states * (MAX_SPELLING_EXPONENT + 1) <= MAX_SPELLING_STATES:
+        scientific = _scientific_spellings(bounded)
+        if not scientific.is_empty_language:
+            parts.append(scientific)
+    return union(parts)
+
+
+def _scientific_spellings(ints: ByteDFA) -> ByteDFA:
+    """Normalised scientific texts of nonzero integers with integer texts in ``ints`` (see
+    ``integral_spellings``), built state by state: ``(ints state after the significant digits,
+    how many there are, zeros read since, phase)`` while the mantissa is read, then an exponent
+    automaton per set of exponents that complete the integer text inside ``ints``."""
+    rows: list[dict[int, int]] = [{}]
+    accepting: list[int] = []
+    ids: dict[tuple, int] = {}
+    todo: list[tuple] = []
+    cap = MAX_SPELLING_EXPONENT + 1  # significant digits of an integer below 10**cap
+
+    def state(key: tuple) -> int:
+        if key not in ids:
+            ids[key] = len(rows)
+            rows.append({})
+            todo.append(key)
+            if key[0] == "exp" and key[3] and key[2] in key[1]:
+                accepting.append(ids[key])
+        return ids[key]
+
+    for sign, at in ((b"", ints.start), (b"-", ints.step(ints.start, ord("-")))):
+        if at < 0:
+            continue
+        origin = 0 if not sign else state(("sign",))
+        if sign:
+            rows[0][ord("-")] = origin
+        for d in range(1, 10):
+            q = ints.step(at, ord("0") + d)
+            if q >= 0:
+                rows[origin][ord("0") + d] = state(("mant", q, 1, 0, "first"))
+    while todo:
+        key = todo.pop()
+        here = ids[key]
+        if key[0] == "sign":
+            continue  # its row was filled where it was made
+        if key[0] == "mant":
+            _, q, n, z, phase = key
+            if phase == "first":
+                rows[here][ord(".")] = state(("mant", q, n, z, "dot"))
+            if phase in ("dot", "frac"):
+                rows[here][ord("0")] = state(("mant", q, n, min(z + 1, cap), "frac"))
+                for d in range(1, 10):
+                    if n + z + 1 <= cap:
+                        q2 = ints.run(b"0" * z + bytes([ord("0") + d]), q)
+                        if q2 >= 0:
+                            rows[here][ord("0") + d] = state(("mant", q2, n + z + 1, 0, "frac"))
+            if phase in ("first", "frac"):
+                allowed = frozenset(x for x in range(n - 1, MAX_SPELLING_EXPONENT + 1)
+                                    if ints.is_accepting(ints.run(b"0" * (x + 1 - n), q)))
+                if allowed:
+                    exp = state(("exp", allowed, 0, False, "start"))
+                    rows[here][ord("e")] = rows[here][ord("E")] = exp
+            continue
+        _, allowed, value, _seen, phase = key  # the exponent: value so far (cap: too large)
+        if phase == "start":
+            rows[here][ord("+")] = state(("exp", allowed, 0, False, "signed"))
+            if 0 in allowed:
+                rows[here][ord("-")] = state(("exp", allowed, 0, False, "minus"))
+        for d in range(10):
+            if phase in ("minus", "minus digits") and d != 0:
+                continue  # "e-0": only a zero exponent may carry a minus sign
+            after = "minus digits" if phase in ("minus", "minus digits") else "digits"
+            rows[here][ord("0") + d] = state(("exp", allowed, min(value * 10 + d, cap), True, after))
+    src = [q for q, row in enumerate(rows) for _ in row]
+    byte = [b for row in rows for b in row]
+    dst = [t for row in rows for t in row.values()]
+    if not accepting:
+        return ByteDFA(np.zeros((0, 256), dtype=np.int32), np.zeros(0, dtype=bool), -1)
+    return from_transitions(len(rows), src, byte, dst, accepting)
+
+
+def integer_texts(values, limits_states: int = 200_000) -> ByteDFA:
+    """The integer texts of ``values`` (ints; ``-0`` added with 0), as the minimal DFA of the
+    words (``CodePointDFA.of_words``, linear in their total length): an enum of ten thousand
+    integers is one small automaton, not ten thousand alternatives."""
+    from grammars.automata.codepoint import CodePointDFA
+
+    texts = {str(v) for v in values}
+    if "0" in texts:
+        texts.add("-0")
+    words = CodePointDFA.of_words(texts, limits_states)
+    src = [q for q, row in enumerate(words.trans) for _ in row]
+    byte = [cp for row in words.trans for cp, _, _ in row]
+    dst = [t for row in words.trans for _, _, t in row]
+    return from_transitions(len(words.trans), src, byte, dst, [q for q, ok in enumerate(words.accept) if ok])

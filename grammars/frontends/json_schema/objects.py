@@ -150,6 +150,7 @@ def object_expr(c: SchemaContext, conj: Conjunction, *, sole: bool = True) -> Ex
         return NOTHING
     if extra is None and len(members) < low:
         return NOTHING
+    low, high = _counted_properties(c, members, extra, low, high, rules.where)
     if extra is not None and low >= 2 and len(members) + 1 < low:
         # meeting the bound needs two or more distinct undeclared keys (see _Automaton)
         c.unsupported("minProperties", rules.where,
@@ -160,6 +161,38 @@ def object_expr(c: SchemaContext, conj: Conjunction, *, sole: bool = True) -> Ex
     body = object_body(c, members, extra, low, high, hint=rules.where, repeat=sole or not recursive,
                        required_order=tuple(rules.required))
     return lay.object(body)
+
+
+#: largest ``minProperties``/``maxProperties`` that is counted (each count is a state of the
+#: member automaton, an IR rule per declared position): a bound every object meets (or none can
+#: exceed) is dropped, exactly; beyond it a larger ``maxProperties`` is narrowed to it
+#: (reported) and a larger ``minProperties`` raises
+MAX_COUNTED_PROPERTIES = 128
+
+
+def _counted_properties(c: SchemaContext, members: list, extra: Expr | None, low: int, high: int | None,
+                        where: str) -> tuple[int, int | None]:
+    """``(low, high)`` as the member automaton counts them: a ``minProperties`` the required
+    members already meet, or a ``maxProperties`` no object without undeclared members can exceed,
+    constrains nothing and is dropped; past ``MAX_COUNTED_PROPERTIES`` the bound is refused
+    (``minProperties``) or narrowed (``maxProperties``)."""
+    if low <= sum(m.required for m in members):
+        low = 0
+    if high is not None and extra is None and high >= len(members):
+        high = None
+    if low > MAX_COUNTED_PROPERTIES:
+        c.unsupported("minProperties", where, f"minProperties {_shown(low)} needs more than {MAX_COUNTED_PROPERTIES} "
+                      "counted members")
+        low = 0  # lenient: dropped, and reported
+    if high is not None and high > MAX_COUNTED_PROPERTIES:
+        c.narrowed(f"{where}: maxProperties {_shown(high)} accepted only up to {MAX_COUNTED_PROPERTIES} members")
+        high = MAX_COUNTED_PROPERTIES
+    return low, high
+
+
+def _shown(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}...({len(text)} digits)"
 
 
 def _closed_by_default(c: SchemaContext, rules: ObjectRules) -> bool:
@@ -190,8 +223,8 @@ def _finite_property_names(c: SchemaContext, rules: ObjectRules, known: dict) ->
         if not (by_default or (rule.additional is not None and _forbids_all(rule.additional.node))):
             continue
         names = set(rule.properties)
-        for pattern, _ in rule.patterns:
-            listed = combinators.pattern_strings(c, pattern, rule.where, MAX_PATTERN_NAMES)
+        for pattern, loc in rule.patterns:
+            listed = combinators.pattern_strings(c, pattern, loc.where, MAX_PATTERN_NAMES)
             if listed is None:
                 break
             names.update(listed)

@@ -23,11 +23,14 @@ Strings (``string_schema``):
   draft 7 lets validators skip them and ``jsonschema`` does): consumed, no constraint.
 
 Numbers (``number_schema``): see ``numbers`` for the exact semantics of bounds. ``integer=True``
-accepts integer texts only. ``multipleOf``:
+accepts integer texts only (the compiler adds their other spellings where the draft makes them
+integers, ``numbers.integral_spellings``). Bounds are exact for ints of any size; a bound of more
+than ``numbers.MAX_BOUND_DIGITS`` digits raises. ``multipleOf``:
 
-* an integer ``k`` (or a float with an integer value): integer texts that are multiples of ``k``
-  (for a float ``k > 1``, only ``|x| <= 2**53``, where float division is exact); a ``number``
-  schema is narrowed to integer texts too;
+* an integer ``k`` (or a float with an integer value) up to ``numbers.MAX_MODULUS`` (larger raise):
+  integer texts that are multiples of ``k`` (for a float ``k > 1``, only ``|x| <= 2**53``, where
+  float division is exact); a ``number`` schema gets integer texts too (the compiler adds their
+  other spellings);
 * ``k = p / 2**j`` (0.5, 0.25, 2.5, ...) on an ``integer`` schema: the integers divisible by
   ``p`` (``|x| <= 2**(53 - j)`` unless ``p == 1``);
 * anything else (``0.01`` on numbers, ``0.1`` anywhere) raises: ``jsonschema`` decides it with
@@ -69,6 +72,8 @@ __all__ = [
     "json_number_value",
     "string_not_in",
     "encode_value_language",
+    "parse_pattern",
+    "pattern_site",
 ]
 
 #: keywords ``string_schema`` consumes
@@ -97,11 +102,14 @@ def _length(schema: Mapping, key: str, pointer: str) -> int | None:
 
 
 def string_schema(
-    schema: Mapping, pointer: str, options: Any = None, *, narrowed: Callable[[str], None] | None = None
+    schema: Mapping, pointer: str, options: Any = None, *, narrowed: Callable[[str], None] | None = None,
+    pattern_at: str | None = None,
 ) -> Expr:
     """A whole JSON string token (quotes included) satisfying the string keywords of ``schema``.
 
-    Keywords outside ``STRING_KEYWORDS`` are ignored here (the caller owns them). Of ``options``
+    Keywords outside ``STRING_KEYWORDS`` are ignored here (the caller owns them). ``pattern_at``:
+    the pointer of the ``pattern`` value when it is not ``<pointer>/pattern`` (a merged
+    conjunction's, a ``patternProperties`` key), for messages. Of ``options``
     only an optional ``string_escapes`` attribute is read (default ``"all"``): the encodings a
     ``pattern`` accepts. ``"minimal"`` (what ``json.dumps`` writes) can make pattern automata
     several times smaller and faster to build, e.g. for long counted hex-digit runs.
@@ -118,7 +126,8 @@ def string_schema(
     bodies: list[tuple[str, Expr]] = []  # (keyword, body IR)
     if "pattern" in schema:
         escapes = getattr(options, "string_escapes", "all")  # an optional knob; see below
-        bodies.append(("pattern", _strings.encode_value_language(_pattern(schema["pattern"], pointer), escapes)))
+        site = pattern_at or f"{pointer}/pattern"
+        bodies.append(("pattern", _strings.encode_value_language(parse_pattern(schema["pattern"], site), escapes)))
     if "format" in schema:
         language = _format(schema["format"], pointer)
         if language is not None:
@@ -148,8 +157,15 @@ def string_schema(
     except LimitExceeded as exc:
         raise UnsupportedSchemaError(keyword, pointer, str(exc)) from None
     assert body is not None
+    if min_length >= _strings.MAX_LENGTH_STATES:
+        raise UnsupportedSchemaError("minLength", pointer, f"minLength {_short_number(min_length)} needs more than "
+                                     f"{_strings.MAX_LENGTH_STATES} DFA states")
     if min_length > 0 or max_length is not None:
-        body = _restrict_length(body, min_length, max_length, pointer, note)
+        # A product that fits the state budget never counts past it (a longer string needs more
+        # states), so a maxLength beyond the budget can be handed to the counter as the budget
+        # plus one, exactly; a product that does not fit is narrowed and reported.
+        counted = None if max_length is None else min(max_length, _strings.MAX_LENGTH_STATES + 1)
+        body = _restrict_length(body, min_length, counted, pointer, note)
     if body.is_empty_language:
         return NOTHING
     return _strings.string_token(body)  # type: ignore[arg-type]  # a ByteDFA inside the IR
@@ -178,15 +194,47 @@ def _restrict_length(
     return out
 
 
-def _pattern(pattern: Any, pointer: str) -> Expr:
+def pattern_site(site: str) -> tuple[str, str]:
+    """(keyword, schema pointer) to name in an ``UnsupportedSchemaError`` about the pattern at
+    ``site``, the pointer of the pattern itself: ``#/a/pattern`` is keyword ``pattern`` of
+    ``#/a``; ``#/patternProperties/x`` names ``patternProperties`` at the pattern's own pointer,
+    since the keyword alone would not say which of its patterns it is."""
+    head, _, last = site.rpartition("/")
+    if head.rpartition("/")[2] == "patternProperties":
+        return "patternProperties", site
+    if last == "pattern":
+        return "pattern", head
+    return "pattern", site
+
+
+def parse_pattern(pattern: Any, site: str) -> Expr:
+    """The search language of the ``pattern`` found at ``site`` (the pattern's own pointer).
+
+    A pattern that is not a regular expression at all — our parser rejects its syntax and so does
+    Python's ``re``, the dialect validators run — makes the schema malformed: ``GrammarError``
+    naming ``site``. A pattern one of them accepts that corral cannot enforce exactly raises
+    ``UnsupportedSchemaError`` (see ``pattern_site`` for the keyword and pointer)."""
+    keyword, where = pattern_site(site)
     if not isinstance(pattern, str):
-        raise UnsupportedSchemaError("pattern", pointer, f"pattern must be a string, got {pattern!r}")
+        raise GrammarError(f"malformed schema at {site}: a pattern must be a string, got {pattern!r}")
     try:
-        return parse_regex(pattern, search=True, source=f"{pointer}/pattern")
+        return parse_regex(pattern, search=True, source=site)
     except GrammarSyntaxError as exc:
-        raise UnsupportedSchemaError("pattern", pointer, f"invalid regular expression: {exc.message}") from None
+        if _python_compiles(pattern):
+            raise UnsupportedSchemaError(keyword, where, f"regular expression {pattern!r}: {exc.message}") from None
+        raise GrammarError(f"malformed schema at {site}: invalid regular expression {pattern!r}: {exc.message}") from None
     except UnsupportedGrammarError as exc:
-        raise UnsupportedSchemaError("pattern", pointer, str(exc)) from None
+        raise UnsupportedSchemaError(keyword, where, str(exc)) from None
+
+
+def _python_compiles(pattern: str) -> bool:
+    import re
+
+    try:
+        re.compile(pattern)
+    except (re.error, OverflowError, RecursionError):
+        return False
+    return True
 
 
 @lru_cache(maxsize=64)
@@ -218,8 +266,9 @@ def _format(name: Any, pointer: str) -> Expr | None:
 
 
 def _bound_value(schema: Mapping, key: str, pointer: str) -> int | float:
+    """A bound's value: an int of any size (exact), or a finite float."""
     value = schema[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
         raise UnsupportedSchemaError(key, pointer, f"{key} must be a finite number, got {value!r}")
     return value
 
@@ -242,12 +291,18 @@ def _bounds(schema: Mapping, pointer: str) -> tuple[list[_numbers.Bound], list[_
 
 def _modulus(k: Any, pointer: str, integer: bool) -> tuple[int, int | None]:
     """(integer modulus, magnitude cap or None) for ``multipleOf: k`` over integer texts."""
-    if isinstance(k, bool) or not isinstance(k, (int, float)) or not math.isfinite(k) or k <= 0:
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or (isinstance(k, float) and not math.isfinite(k)) or k <= 0:
         raise UnsupportedSchemaError("multipleOf", pointer, f"multipleOf must be a positive number, got {k!r}")
     if isinstance(k, int):
+        if k > _numbers.MAX_MODULUS:
+            raise UnsupportedSchemaError("multipleOf", pointer, f"multipleOf {_short_number(k)}: moduli above "
+                                         f"{_numbers.MAX_MODULUS} are not supported (the automaton has a state per residue)")
         return k, None
     exact = Fraction(k)
     if exact.denominator == 1:
+        if exact > _numbers.MAX_MODULUS:
+            raise UnsupportedSchemaError("multipleOf", pointer, f"multipleOf {k!r}: moduli above {_numbers.MAX_MODULUS} "
+                                         "are not supported (the automaton has a state per residue)")
         return int(exact), (None if exact == 1 else 2**53)
     written = Fraction(repr(k))
     j = exact.denominator.bit_length() - 1  # denominator is 2**j
@@ -276,8 +331,11 @@ def number_schema(schema: Mapping, pointer: str, options: Any = None, *, integer
     if cap is not None:
         int_lo = -cap if int_lo is None else max(int_lo, -cap)
         int_hi = cap if int_hi is None else min(int_hi, cap)
-    int_lo, int_hi = _numbers.clamp_integer_bounds(int_lo, int_hi)
     keyword = "minimum" if lowers else "maximum"
+    for bound, keyword_of in ((int_lo, "minimum"), (int_hi, "maximum")):
+        if bound is not None and len(str(abs(bound))) > _numbers.MAX_BOUND_DIGITS:
+            raise UnsupportedSchemaError(keyword_of, pointer, f"an integer bound of {len(str(abs(bound)))} digits "
+                                         f"(more than {_numbers.MAX_BOUND_DIGITS}) is not supported")
     try:
         ints: Expr = _numbers.integer_range(int_lo, int_hi)
     except ValueError as exc:
@@ -298,6 +356,12 @@ def number_schema(schema: Mapping, pointer: str, options: Any = None, *, integer
     except ValueError as exc:
         raise UnsupportedSchemaError(keyword, pointer, str(exc)) from None
     return alt([ints, floats])
+
+
+def _short_number(value: int) -> str:
+    """An int for a message: ``10**309`` is 310 digits, shown as its first digits and length."""
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}...({len(text)} digits)"
 
 
 def _float_texts(lowers: list[_numbers.Bound], uppers: list[_numbers.Bound]) -> Expr:

@@ -108,6 +108,8 @@ UNESCAPED = Chars(((0x20, 0x21), (0x23, 0x5B), (0x5D, MAX_CODE_POINT)))
 #: value character -> letter of its two-character escape
 _SHORT_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
 
+#: byte-DFA states per character position of a string value (``json_string_values``' estimate)
+STATES_PER_VALUE_CHARACTER = 5
 #: a bound on the byte-DFA states one length-bounded string may need
 MAX_LENGTH_STATES = 10_000
 #: byte-DFA states per counted character of an unrestricted string (measured: UTF-8 lead and
@@ -281,58 +283,86 @@ def json_string_value(value: str) -> Expr:
     return json_string_values((value,))
 
 
-def json_string_values(values: Iterable[str]) -> Expr:
+def json_string_values(values: Iterable[str], limits: Limits | None = None) -> Expr:
     """Every JSON string token (quotes included) whose value is one of ``values``, in every
     encoding, as one ``ByteDFA`` (``NOTHING`` when no value has an encoding).
 
     The language equals ``string_token(encode_value_language(Literal(v)))`` over the values, but
-    it is built directly as a trie instead of through an NFA: keys and string enums are in
-    nearly every schema. The encodings of distinct characters are distinct and none is a prefix
-    of another (UTF-8 is prefix-free, escapes start with a backslash that no literal character
-    is), so the trie of every encoding of every value is deterministic as built and only
-    minimisation remains.
+    it is built directly instead of through an NFA: keys and string enums are in nearly every
+    schema, and enums may hold tens of thousands of values. First the minimal automaton over
+    value characters (``CodePointDFA.of_words``: linear in the total length, prefixes and
+    suffixes shared), then each of its character edges spelled out in bytes. The encodings of
+    distinct characters are distinct and none is a prefix of another (UTF-8 is prefix-free,
+    escapes start with a backslash that no literal character is), so the result is
+    deterministic as built and only minimisation remains.
+
+    Work is bounded before it is done: a character position that some value continues from
+    costs about ``STATES_PER_VALUE_CHARACTER`` byte states (itself, after ``\\``, after ``\\u``
+    and after each of three hex digits; measured 5.2 to 6 on real and random sets), so a value,
+    or a character automaton, whose estimate exceeds ``limits.max_dfa_states`` raises
+    ``LimitExceeded`` at once, before a byte automaton is allocated; so does a byte automaton of
+    more than twice ``max_dfa_states`` states before it is minimised, or more after.
     """
-    rows: list[dict[int, int]] = [{}, {}]  # 0: before the opening quote; 1: after the closing one
-    root = _trie_step(rows, 0, b'"')
-    children: dict[tuple[int, str], int] = {}
-    added = False
-    for value in values:
-        if any(0xD800 <= ord(ch) <= 0xDFFF for ch in value):
-            continue
-        node = root
-        for ch in value:
-            child = children.get((node, ch))
-            if child is None:
-                child = children[(node, ch)] = len(rows)
-                rows.append({})
-                for path in _spellings(ord(ch)):
-                    at = node
-                    for step in path[:-1]:
-                        at = _trie_step(rows, at, step)
-                    for b in path[-1]:
-                        rows[at][b] = child
-            node = child
-        rows[node][0x22] = 1
-        added = True
-    if not added:
+    from grammars.automata.codepoint import CodePointDFA
+
+    budget = (limits or Limits()).max_dfa_states
+    words = [v for v in values if not any(0xD800 <= ord(ch) <= 0xDFFF for ch in v)]
+    if not words:
         return NOTHING
-    src = [q for q, row in enumerate(rows) for _ in row]
-    byte = [b for row in rows for b in row]
-    dst = [t for row in rows for t in row.values()]
-    return from_transitions(len(rows), src, byte, dst, [1])  # type: ignore[return-value]  # a ByteDFA inside the IR
+    longest = max(len(w) for w in words)
+    if STATES_PER_VALUE_CHARACTER * longest > budget:
+        raise LimitExceeded("max_dfa_states", budget, f"a string value of {longest} characters needs about "
+                            f"{STATES_PER_VALUE_CHARACTER * longest} DFA states, more than max_dfa_states={budget}")
+    chars = CodePointDFA.of_words(words, budget)
+    need = sum(STATES_PER_VALUE_CHARACTER if row else 1 for row in chars.trans)
+    if need > budget:
+        raise LimitExceeded("max_dfa_states", budget, f"these {len(words)} string values need about {need} DFA "
+                            f"states, more than max_dfa_states={budget}")
+    out = _spelled(chars, 2 * budget)
+    if out.n_states > budget:
+        raise LimitExceeded("max_dfa_states", budget, f"these {len(words)} string values need {out.n_states} DFA "
+                            f"states, more than max_dfa_states={budget}")
+    return out  # type: ignore[return-value]  # a ByteDFA inside the IR
 
 
-def _trie_step(rows: list[dict[int, int]], state: int, step: bytes) -> int:
-    """The state after ``step`` (interchangeable bytes, as ``"aA"`` for a hex letter) from
-    ``state``, created on first use."""
-    row = rows[state]
-    target = row.get(step[0])
-    if target is None:
-        target = len(rows)
-        rows.append({})
-        for b in step:
-            row[b] = target
-    return target
+def _spelled(chars, max_rows: int) -> ByteDFA:
+    """The byte DFA of the string tokens whose values ``chars`` (a ``CodePointDFA`` over value
+    characters, acyclic) accepts: an opening quote, each character edge in every encoding (the
+    escape paths of one state share their ``\\``, ``\\u`` and hex-digit prefixes), a closing quote."""
+    OPEN, CLOSED = 0, 1  # before the opening quote; after the closing one
+    first = 2  # state of character state q is first + q
+    src: list[int] = [OPEN]
+    byte: list[int] = [0x22]
+    dst: list[int] = [first]
+    count = first + len(chars.trans)
+    for q, row in enumerate(chars.trans):
+        here = first + q
+        local: dict[tuple[int, bytes], int] = {}  # (state, step) -> the state it leads to, within q's escapes
+        for cp, _, target in row:
+            for path in _spellings(cp):
+                at = here
+                for step in path[:-1]:
+                    nxt = local.get((at, step))
+                    if nxt is None:
+                        nxt = local[(at, step)] = count
+                        count += 1
+                        for b in step:
+                            src.append(at)
+                            byte.append(b)
+                            dst.append(nxt)
+                    at = nxt
+                for b in path[-1]:
+                    src.append(at)
+                    byte.append(b)
+                    dst.append(first + target)
+        if count > max_rows:
+            raise LimitExceeded("max_dfa_states", max_rows // 2, f"the string values need more than {max_rows} "
+                                "DFA states before minimisation")
+        if chars.accept[q]:
+            src.append(here)
+            byte.append(0x22)
+            dst.append(CLOSED)
+    return from_transitions(count, src, byte, dst, [CLOSED])
 
 
 @lru_cache(maxsize=4096)

@@ -8,18 +8,24 @@ row, so each run really is bounded by ``max_whitespace`` and the grammar stays u
 ``literal_value`` gives every JSON text equal to a value under JSON Schema equality: numbers by
 value (``1`` = ``1.0`` = ``1e0``, via the scalars module), strings in every escape spelling,
 object members in any order (up to ``MAX_PERMUTED_MEMBERS`` members; larger object literals
-keep their written order), with the layout's whitespace inside containers.
+keep their written order), with the layout's whitespace inside containers. Many values are built as few automata (the
+strings as one, many integers as another: ``strings.json_string_values``,
+``numbers.integer_texts``), so an enum costs time linear in its size; literals whose automata
+would exceed the default ``Limits`` are refused before they are built (``literal_states``).
 """
 
 from __future__ import annotations
 
 import json
 from itertools import permutations
+from math import factorial
 from typing import Any, Callable, Iterable
 
+from grammars.errors import LimitExceeded
 from grammars.frontends.json_schema import scalars
 from grammars.frontends.json_schema.options import JsonSchemaOptions
 from grammars.ir import EMPTY, NOTHING, Expr, Literal, alt, chars, repeat, seq
+from grammars.limits import Limits
 
 __all__ = ["Layout", "literal_value", "literal_values", "number_twins", "value_text", "canonical", "json_type", "dedupe", "MAX_PERMUTED_MEMBERS"]
 
@@ -185,7 +191,7 @@ def _twins(value: Any) -> list[Any]:
     if isinstance(value, bool):
         return [value]
     if isinstance(value, int):
-        return [value, float(value)] if abs(value) < 2**53 else [value]
+        return [value, float(value)] if abs(value) < 2**1024 and float(value) == value else [value]
     if isinstance(value, float) and value.is_integer():
         return [int(value), value]
     if isinstance(value, list):
@@ -201,17 +207,122 @@ def _twins(value: Any) -> list[Any]:
     return [value]
 
 
+#: an enum with more integers than this builds their texts as one automaton (``_integer_literals``)
+BULK_INTEGERS = 16
+
+
 def literal_values(values: Iterable[Any], layout: Layout) -> Expr:
-    """Every JSON text equal to one of ``values``; the strings among them as one trie.
+    """Every JSON text equal to one of ``values``; the strings among them as one automaton, and
+    many integers as another (so a large enum costs time linear in its size, not an
+    alternative per value for the automaton builder to weigh against every other).
 
     Under ``layout.integers_by_spelling`` ``1`` and ``1.0`` stay apart: each is spelled only
     as its own type."""
     values = dedupe(values, value_text if layout.integers_by_spelling else canonical)
     strings = tuple(v for v in values if isinstance(v, str))
-    if len(strings) < 2:
-        return alt(literal_value(v, layout) for v in values)
-    others = [literal_value(v, layout) for v in values if not isinstance(v, str)]
-    return alt([layout.strings(strings), *others])
+    rest = [v for v in values if not isinstance(v, str)]
+    _check_size([v for v in rest if not _bulk_integer(v)])
+    parts: list[Expr] = []
+    if len(strings) >= 2:
+        parts.append(layout.strings(strings))
+    else:
+        rest = list(strings) + rest
+    integral = [v for v in rest if _bulk_integer(v)]
+    if len(integral) > BULK_INTEGERS:
+        parts += _integer_literals(integral, layout)
+        rest = [v for v in rest if not _bulk_integer(v)]
+    return alt([*parts, *(literal_value(v, layout) for v in rest)])
+
+
+#: estimated automaton states per number and per string character of a literal (the other
+#: spellings of each: fractions and exponents, escapes)
+STATES_PER_NUMBER = 10
+STATES_PER_CHARACTER = 5
+
+
+def _check_size(values: list) -> None:
+    """Refuse, before any automaton is built, literals whose automata would exceed the default
+    ``Limits``: a value's texts need about ``literal_states`` DFA states (its compact text is a
+    path of distinct states, and every number and string character brings its other
+    spellings), and the alternatives together about as many NFA states. ``LimitExceeded``
+    names the limit; the compiler adds the keyword and pointer."""
+    limits = Limits()
+    total = 0
+    for value in values:
+        size = literal_states(value)
+        if size > limits.max_dfa_states:
+            raise LimitExceeded("max_dfa_states", limits.max_dfa_states,
+                                f"a value whose texts need about {size} DFA states, more than max_dfa_states="
+                                f"{limits.max_dfa_states}")
+        total += size
+    if total > limits.max_nfa_states:
+        raise LimitExceeded("max_nfa_states", limits.max_nfa_states,
+                            f"{len(values)} values whose texts need about {total} automaton states, more than "
+                            f"max_nfa_states={limits.max_nfa_states}")
+
+
+def literal_states(value: Any) -> int:
+    """About how many automaton states the texts of ``value`` need (see ``_check_size``); an
+    object of 2 to ``MAX_PERMUTED_MEMBERS`` members counts once per member order. Post-order
+    with explicit stacks: a value may nest deeper than Python's recursion limit."""
+    results: list[int] = []  # sizes of finished values, in the order they finished
+    stack: list[tuple[Any, bool]] = [(value, False)]
+    while stack:
+        item, ready = stack.pop()
+        children = item if isinstance(item, list) else list(item.values()) if isinstance(item, dict) else []
+        if children and not ready:
+            stack.append((item, True))
+            stack.extend((sub, False) for sub in children)
+            continue
+        if isinstance(item, str):
+            size = STATES_PER_CHARACTER * len(item) + 2
+        elif isinstance(item, bool) or item is None:
+            size = 5
+        elif isinstance(item, (int, float)):
+            size = STATES_PER_NUMBER
+        else:
+            size = 2 * len(item) + 2
+            if children:
+                size += sum(results[-len(children):])
+                del results[-len(children):]
+            if isinstance(item, dict):
+                size += sum(STATES_PER_CHARACTER * len(key) + 3 for key in item)
+                if 1 < len(item) <= MAX_PERMUTED_MEMBERS:
+                    size *= factorial(len(item))
+        results.append(size)
+    return results[0]
+
+
+def _bulk_integer(value: Any) -> bool:
+    """An integer value (an ``int``, or a ``float`` with an integer value) small enough that
+    every spelling of it reads as itself (``numbers.EXACT_INTEGERS``)."""
+    from grammars.frontends.json_schema.numbers import EXACT_INTEGERS
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, float) and not value.is_integer():
+        return False
+    return abs(value) <= EXACT_INTEGERS
+
+
+def _integer_literals(values: list, layout: Layout) -> list[Expr]:
+    """The texts of many integer values at once: their integer texts as one automaton and, as
+    ``scalars.json_number_value`` spells each value, their fraction and exponent spellings
+    (``numbers.integral_spellings``). Under ``integers_by_spelling`` (draft 4) an ``int`` is its
+    integer text only and an integral ``float`` its other spellings only."""
+    from grammars.frontends.json_schema.numbers import integer_texts, integral_spellings
+
+    ints = [int(v) for v in values if isinstance(v, int)]
+    floats = [int(v) for v in values if isinstance(v, float)]
+    if not layout.integers_by_spelling:
+        texts = integer_texts(ints + floats)
+        return [texts, integral_spellings(texts)]
+    parts: list[Expr] = []
+    if ints:
+        parts.append(integer_texts(ints))
+    if floats:
+        parts.append(integral_spellings(integer_texts(floats)))
+    return parts
 
 
 def literal_value(value: Any, layout: Layout) -> Expr:

@@ -79,7 +79,7 @@ def test_value_checks_are_memoised_per_schema_and_json_text(monkeypatch):
 
     calls = []
     evaluate = combinators.evaluate
-    monkeypatch.setattr(combinators, "evaluate", lambda c, part, value: calls.append(value) or evaluate(c, part, value))
+    monkeypatch.setattr(combinators, "evaluate", lambda c, part, value, enum_known=False: calls.append(value) or evaluate(c, part, value, enum_known))
     compiler = SchemaCompiler(SchemaDocument.of({"$schema": DRAFT4, "type": "integer"}), JsonSchemaOptions())
     root = compiler.document.located_root()
     assert [compiler.satisfies(v, root) for v in (1, 1, 1.0, 1.0, "1", 1)] == [True, True, False, False, False, True]

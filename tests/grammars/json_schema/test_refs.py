@@ -121,6 +121,9 @@ def test_remote_ref_relaxed_when_lenient(checker):
 
 def test_ref_to_non_schema_is_an_error():
     with pytest.raises(GrammarError, match="not a schema"):
+        parse_json_schema({"required": ["a"], "items": {"$ref": "#/required"}})
+    # a definition that is no schema is malformed before any reference to it is followed
+    with pytest.raises(GrammarError, match="malformed schema at #/\\$defs/n"):
         parse_json_schema({"$defs": {"n": 5}, "items": {"$ref": "#/$defs/n"}})
 
 

@@ -244,16 +244,30 @@ def test_required_first_order(checker):
 
 def test_any_order_falls_back_to_schema_order_beyond_the_limit(checker):
     """With a property count bound, members cannot repeat (see the next test): schema order."""
-    names = [f"p{i}" for i in range(5)]
-    schema = {"type": "object", "properties": {n: {} for n in names}, "required": names, "additionalProperties": False,
+    names = [f"p{i}" for i in range(6)]
+    schema = {"type": "object", "properties": {n: {} for n in names}, "required": names[:5], "additionalProperties": False,
               "maxProperties": 5}
-    in_order = "{" + ",".join(f'"{n}":0' for n in names) + "}"
-    reversed_ = "{" + ",".join(f'"{n}":0' for n in reversed(names)) + "}"
-    assert checker.accepts(schema, reversed_, property_order="any", any_order_limit=5)
+    in_order = "{" + ",".join(f'"{n}":0' for n in names[:5]) + "}"
+    reversed_ = "{" + ",".join(f'"{n}":0' for n in reversed(names[:5])) + "}"
+    assert checker.accepts(schema, reversed_, property_order="any", any_order_limit=6)
     assert checker.accepts(schema, in_order, property_order="any", any_order_limit=4)
     assert not checker.accepts(schema, reversed_, property_order="any", any_order_limit=4)
     report = analyze_json_schema(load_schema(schema), JsonSchemaOptions(property_order="any", any_order_limit=4))
     assert report.narrowed and report.exact
+
+
+def test_property_count_bounds_every_object_meets_are_dropped(checker):
+    """``maxProperties`` no closed object can exceed, and ``minProperties`` its required members
+    already meet, constrain nothing: without them a large object may use the repeating any-order
+    layout (every order accepted, nothing narrowed)."""
+    names = [f"p{i}" for i in range(5)]
+    schema = {"type": "object", "properties": {n: {} for n in names}, "required": names[:3], "additionalProperties": False,
+              "maxProperties": 5, "minProperties": 3}
+    text = "{" + ",".join(f'"{n}":0' for n in reversed(names)) + "}"
+    assert checker.accepts(schema, text, property_order="any", any_order_limit=4)
+    assert not checker.accepts(schema, '{"p0":0,"p1":0}', property_order="any", any_order_limit=4)
+    report = analyze_json_schema(load_schema(schema), JsonSchemaOptions(property_order="any", any_order_limit=4))
+    assert not report.narrowed_values
 
 
 def test_large_any_order_objects_repeat_members_but_stay_exact(checker):
@@ -280,7 +294,7 @@ def test_large_any_order_objects_repeat_members_but_stay_exact(checker):
     assert checker.accepts(open_schema, text([("zz", '"s"'), ("p7", 1), ("p3", 2)]), property_order="any")
     assert not checker.accepts(open_schema, text([("zz", 0), ("p7", 1), ("p3", 2)]), property_order="any")
     report = analyze_json_schema(load_schema(schema), JsonSchemaOptions(property_order="any"))
-    assert not report.narrowed
+    assert not report.narrowed_values
     optional_only = {"type": "object", "properties": {n: {"type": "integer"} for n in names}}
     assert checker.accepts(optional_only, "{}", property_order="any")
     assert checker.accepts(optional_only, text([("p11", 1), ("x", '"y"'), ("p0", 2)]), property_order="any")
@@ -320,7 +334,7 @@ def test_repeating_layout_is_kept_off_ambiguous_recursive_leaves(checker):
     props = {f"p{i}": {"type": "integer"} for i in range(10)}
     flat = {"type": "object", "properties": props, "dependentRequired": {"p0": ["p1"]}}
     report = analyze_json_schema(load_schema(flat), JsonSchemaOptions(property_order="any"))
-    assert not report.narrowed
+    assert not report.narrowed_values
     assert checker.accepts(flat, '{"p1":1,"p0":0}', property_order="any")
     assert not checker.accepts(flat, '{"p2":1,"p0":0}', property_order="any")  # p0 needs p1
     recursive = {"type": "object", "properties": {**props, "child": {"$ref": "#"}}, "dependentRequired": {"p0": ["p1"]}}
