@@ -292,7 +292,8 @@ def train(
     model.train()
     for batch in _batches(encoded, batch_tokens, rng):
         elapsed = time.perf_counter() - start
-        if (max_steps is not None and stats.steps >= max_steps) or (max_steps is None and elapsed >= budget):
+        # a time budget still trains one step: a saved model that never trained tells nothing
+        if (max_steps is not None and stats.steps >= max_steps) or (max_steps is None and elapsed >= budget and stats.steps):
             break
         progress = stats.steps / max_steps if max_steps else elapsed / budget
         scale = min(1.0, (stats.steps + 1) / warmup_steps) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
