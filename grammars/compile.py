@@ -12,12 +12,15 @@ import json
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from threading import Lock
+from typing import Sequence
 
 import numpy as np
 
 from grammars.automata.byte_dfa import compile_regular
 from grammars.automata.cfg import TerminalCFG, lower_grammar
+from grammars.automata.holes import HoleGrammar, solve
 from grammars.errors import LimitExceeded, UnsupportedGrammarError
 from grammars.frontends import parse_gbnf, parse_lark, parse_regex
 from grammars.ir import Grammar
@@ -96,6 +99,29 @@ class CompiledGrammar:
                     self.vocab.logits_width,
                 )
             return self._dfa
+
+    def completable(self, parts: Sequence[str | bytes], *, hole_bytes: Sequence[tuple[int, int | None]] | None = None) -> bool:
+        """Whether the fixed texts ``parts`` (x1 … xn, a hole between each pair) can be completed:
+        is there a fill y1 … y(n-1) with x1 y1 x2 … xn in the language? ``hole_bytes`` bounds
+        each hole's fill, ``(min, max)`` bytes (``max`` None: unbounded). ``[prefix, ""]`` asks
+        whether ``prefix`` is a prefix of the language. Exact; ``LimitExceeded`` past the
+        grammar's ``Limits`` (``grammars.automata.holes`` has the method and its cost)."""
+        return solve(self.hole_grammar, parts, hole_bytes, self._runtime.limits, witness=False)[0]
+
+    def complete(self, parts: Sequence[str | bytes], *,
+                 hole_bytes: Sequence[tuple[int, int | None]] | None = None) -> list[str] | list[bytes] | None:
+        """One fill per hole such that the joined text is in the language, with the fewest fill
+        bytes in all; None when ``parts`` cannot be completed. Fills are ``str`` when every part
+        is ``str``, else ``bytes``."""
+        ok, fills, text = solve(self.hole_grammar, parts, hole_bytes, self._runtime.limits, witness=True)
+        if not ok:
+            return None
+        return [f.decode("utf-8", "surrogatepass") for f in fills] if text else fills
+
+    @cached_property
+    def hole_grammar(self) -> HoleGrammar:
+        """The grammar as the text-with-holes algorithm reads it (built on first use)."""
+        return HoleGrammar(self._cfg)
 
     @property
     def n_terminals(self) -> int:

@@ -34,3 +34,6 @@ class Limits:
     #: completion) may spend parsing and walking, checked cooperatively; ``float("inf")`` disables it.
     #: The only bound whose outcome depends on the machine and on what earlier calls cached.
     max_step_seconds: float = 10.0
+    #: Earley items and lexemes one text-with-holes question (``completable``, ``complete``, an
+    #: infilling check) may build: a hole's set holds every item the grammar predicts there
+    max_infill_items: int = 2_000_000
