@@ -9,6 +9,8 @@
 * ``generate`` / ``generate_batch`` — prompt + constraint (``schema=``, ``regex=``, ``grammar=``)
   + model -> ``GenerationResult`` (text, token ids, parsed value, finish reason, timings); every
   setting is a field of ``GenerationOptions``, passed by name or as ``options=``.
+* ``infill`` — fill the holes of ``x1 □ x2 □ … □ xn`` with a causal or fill-in-the-middle model,
+  every token checked for completability (``engine.infill``).
 * ``LanguageModel`` — the two-member seam decoders need (``logits_width``, ``next_logits``);
   ``HFCausalLM`` adapts any transformers causal LM (KV cache reuse, crop on rollback);
   ``ScriptedLM`` is the mock for tests.
@@ -32,11 +34,17 @@ from engine.generate import (
     generate_batch,
     resolve_sampler,
 )
+from engine.infill import FIMTokens, HoleReport, InfillResult, UncompletableError, infill
 from engine.lm import HFCausalLM, LanguageModel, ScriptedLM
 
 __all__ = [
     "generate",
     "generate_batch",
+    "infill",
+    "InfillResult",
+    "HoleReport",
+    "FIMTokens",
+    "UncompletableError",
     "GenerationOptions",
     "GenerationResult",
     "LanguageModel",

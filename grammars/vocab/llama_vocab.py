@@ -34,6 +34,7 @@ from grammars.vocab.llama_pre import PreTokenizer, pre_tokenizer
 
 __all__ = [
     "EOG_TOKEN_TEXTS",
+    "FIM_TOKEN_TEXTS",
     "GGUFTokenType",
     "LlamaVocab",
     "SUPPORTED_MODELS",
@@ -119,6 +120,8 @@ _FIM_TEXTS: dict[str, frozenset[str]] = {
     "rep": frozenset({"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}),
     "sep": frozenset({"<|file_sep|>"}),
 }
+#: The same, public: the texts by which fill-in-the-middle markers are recognised, per kind.
+FIM_TOKEN_TEXTS = _FIM_TEXTS
 # EOT/EOM texts: each is also an EOG text, so detecting them adds nothing beyond ``EOG_TOKEN_TEXTS``.
 _FIM_KEYS = {
     "pre": ("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"),

@@ -1,0 +1,360 @@
+"""Multi-region infilling with autoregressive models: fill every hole of ``x1 □ x2 □ … □ xn``.
+
+Holes are written left to right, one token at a time, by the model. A token may come next only
+if the text stays *completable*: some fill of this hole's rest and of the later holes makes the
+whole text a string of the language. The cheapest exact route decides it:
+
+1. the matcher's mask (the text so far must stay a prefix of the language) removes most tokens
+   at once, as in ordinary constrained decoding;
+2. the drawn token alone is then checked against the rest of the parts
+   (``grammars.automata.holes.HoleChart``: the prefix's Earley sets are kept, so a check pays for
+   the token's bytes and the fixed texts after it); a refused token is removed and the draw
+   repeated, so the token is drawn exactly from the model's distribution renormalised over the
+   admitted tokens, with one check per draw instead of one per vocabulary token.
+
+A hole ends when the model ends it — EOS, and for a plain causal LM also the first token of the
+next fixed text (the model starts writing what follows) — and the next fixed text can follow
+there. When the model cannot close a hole within ``max_tokens_per_hole``, or ``max_resamples``
+draws in a row are refused, the shortest fill that completes the text (``CompiledGrammar.complete``)
+closes it, and the result says so. The text returned is always in the language: a completion
+exists whenever the parts are completable, and ``infill`` refuses parts that are not.
+
+Models: any ``LanguageModel`` (a transformers causal LM or path, as for ``generate``). With
+fill-in-the-middle tokens (``fim=FIMTokens(...)``, or found in a transformers tokenizer), each
+hole is prompted as ``<prefix> text-before <suffix> text-after <middle> fill-so-far`` and the
+model sees the text after the hole; without, the model sees the text before it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal, Sequence
+
+import torch
+
+from grammars import Compiler, CompiledGrammar
+from grammars.bitmask import allocate_token_bitmask
+from grammars.automata.holes import HoleChart, texts_as_bytes
+from grammars.errors import GrammarError
+from grammars.vocab.vocabulary import TokenVocabulary
+from samplers._numeric import sample_categorical
+from samplers.base import SamplingParams, process_logits
+from samplers.kernels import apply_token_bitmask_inplace
+
+__all__ = ["infill", "InfillResult", "HoleReport", "FIMTokens"]
+
+HoleEnd = Literal["model", "witness_budget", "witness_refused"]
+
+
+@dataclass(frozen=True)
+class FIMTokens:
+    """A fill-in-the-middle model's marker token ids (prefix-suffix-middle order)."""
+
+    prefix: int
+    suffix: int
+    middle: int
+
+
+@dataclass
+class HoleReport:
+    """How one hole was filled: the model's tokens, the checks they cost, and how it ended."""
+
+    fill: str
+    tokens: int = 0
+    checks: int = 0
+    refused: int = 0
+    check_seconds: list[float] = field(default_factory=list, repr=False)
+    end: HoleEnd = "model"
+    witness: str = ""  # the part of ``fill`` the witness wrote (closing the hole)
+
+    @property
+    def closed_by_witness(self) -> bool:
+        return self.end != "model"
+
+
+@dataclass
+class InfillResult:
+    """The fills (one per hole), the joined text, and per-hole reports with check counts and times."""
+
+    fills: list[str]
+    text: str
+    holes: list[HoleReport]
+    model_calls: int = 0
+    seconds: float = 0.0
+
+    @property
+    def checks(self) -> int:
+        return sum(h.checks for h in self.holes)
+
+    @property
+    def check_seconds(self) -> list[float]:
+        return [s for h in self.holes for s in h.check_seconds]
+
+    @property
+    def closed_by_witness(self) -> bool:
+        return any(h.closed_by_witness for h in self.holes)
+
+
+class UncompletableError(GrammarError, ValueError):
+    """The fixed parts cannot be completed into the language: no fill of the holes exists."""
+
+
+def infill(
+    parts: Sequence[str], *, model: Any, grammar: Any = None, schema: Any = None, regex: str | None = None,
+    tokenizer: Any = None, compiler: Compiler | None = None, max_tokens_per_hole: int = 64,
+    temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, seed: int | None = None,
+    fim: FIMTokens | bool | None = None, prompt: str = "", max_resamples: int = 100,
+    constrained: bool = True, sampler: str = "masked",
+) -> InfillResult:
+    """Fill the holes between ``parts`` (``len(parts) - 1`` holes) with ``model``.
+
+    Constraint, one of: ``grammar`` (GBNF text, a built-in name ``"cpp"``/``"json"``, a
+    ``grammars.Grammar`` or a ``CompiledGrammar``), ``schema`` (JSON Schema) or ``regex``.
+    ``constrained=False`` writes the holes without any check (the baseline benchmarks compare
+    with). ``prompt``: text the model sees before ``parts[0]`` (an instruction), not part of the
+    constrained text. ``sampler``: ``"masked"`` (the only one defined for holes: ASAp/AWRS/SMC
+    reweight whole sequences of one left-to-right text). Raises ``UncompletableError`` when the
+    parts admit no fill at all.
+    """
+    from engine.generate import GenerationOptions, _compile_constraint, load_model, load_vocabulary
+
+    if sampler != "masked":
+        raise ValueError(f"infill supports sampler='masked' only, got {sampler!r}")
+    if isinstance(max_tokens_per_hole, bool) or not isinstance(max_tokens_per_hole, int) or max_tokens_per_hole < 0:
+        raise ValueError(f"max_tokens_per_hole must be an int >= 0, got {max_tokens_per_hole!r}")
+    if isinstance(max_resamples, bool) or not isinstance(max_resamples, int) or max_resamples < 1:
+        raise ValueError(f"max_resamples must be an int >= 1, got {max_resamples!r}")
+    data, text_parts = texts_as_bytes(parts)
+    if not text_parts:
+        raise TypeError("infill parts must be str")
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
+    started = time.perf_counter()
+    lm, tok_source = load_model(model, tokenizer)
+    vocab = load_vocabulary(tok_source, lm, compiler)
+    compiler = compiler if compiler is not None and compiler.vocab == vocab else Compiler(vocab)
+    compiled = None
+    if constrained:
+        compiled = _builtin(compiler, grammar) or _compile_constraint(
+            compiler, vocab, GenerationOptions(schema=schema, regex=regex, grammar=grammar, budget_closing=False))
+        if compiled is None:
+            raise ValueError("infill needs a constraint (grammar=, schema= or regex=) unless constrained=False")
+        if not compiled.completable(list(parts)):
+            raise UncompletableError("the fixed parts cannot be completed into the language: no fill of the holes exists")
+    fim_tokens = _fim_tokens(fim, tok_source)
+    generator = torch.Generator().manual_seed(int(seed)) if seed is not None else None
+    run = _Infill(lm, vocab, compiled, list(parts), params, generator, fim_tokens, prompt,
+                  max_tokens_per_hole, max_resamples)
+    result = run.fill_all()
+    result.seconds = time.perf_counter() - started
+    if compiled is not None and not compiled.completable([result.text]):  # fail closed
+        raise AssertionError("infill produced text outside the language; please report this with the inputs")
+    return result
+
+
+def _builtin(compiler: Compiler, grammar: Any) -> CompiledGrammar | None:
+    if isinstance(grammar, str) and grammar in _builtin_names():
+        from grammars import builtin_grammar
+
+        return compiler.compile_lark(builtin_grammar(grammar))
+    return None
+
+
+def _builtin_names() -> tuple[str, ...]:
+    try:
+        from grammars.builtin import BUILTIN_GRAMMARS
+    except ImportError:  # pragma: no cover - the package ships it
+        return ()
+    return tuple(BUILTIN_GRAMMARS)
+
+
+def _fim_tokens(fim: FIMTokens | bool | None, tok_source: Any) -> FIMTokens | None:
+    if isinstance(fim, FIMTokens):
+        return fim
+    if fim is False:
+        return None
+    found = find_fim_tokens(tok_source)
+    if fim is True and found is None:
+        raise ValueError("fim=True but the tokenizer has no fill-in-the-middle tokens; pass fim=FIMTokens(...)")
+    return found
+
+
+def find_fim_tokens(tokenizer: Any) -> FIMTokens | None:
+    """The FIM markers of a transformers tokenizer (or a folder with one), by their usual texts."""
+    from grammars.vocab.llama_vocab import FIM_TOKEN_TEXTS
+
+    if isinstance(tokenizer, TokenVocabulary) or tokenizer is None:
+        return None
+    if isinstance(tokenizer, str):
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+        except (OSError, ValueError):
+            return None
+    get_vocab = getattr(tokenizer, "get_vocab", None)
+    if get_vocab is None:
+        return None
+    texts = get_vocab()
+    ids = {}
+    for kind in ("pre", "suf", "mid"):
+        hit = next((texts[t] for t in FIM_TOKEN_TEXTS[kind] if t in texts), None)
+        if hit is None:
+            return None
+        ids[kind] = int(hit)
+    return FIMTokens(ids["pre"], ids["suf"], ids["mid"])
+
+
+class _Infill:
+    """One infilling run: the holes in order, each written by the model under the checks."""
+
+    def __init__(self, lm, vocab: TokenVocabulary, compiled: CompiledGrammar | None, parts: list[str],
+                 params: SamplingParams, generator, fim: FIMTokens | None, prompt: str, max_tokens: int,
+                 max_resamples: int):
+        self.lm, self.vocab, self.compiled, self.parts = lm, vocab, compiled, parts
+        self.params, self.generator, self.fim, self.prompt = params, generator, fim, prompt
+        self.max_tokens, self.max_resamples = max_tokens, max_resamples
+        self.eos = frozenset(vocab.eos_token_ids)
+        self.width = lm.logits_width
+        self.model_calls = 0
+        self.chart = HoleChart(compiled.hole_grammar, compiled._runtime.limits) if compiled is not None else None
+        self.matcher = compiled.matcher() if compiled is not None else None
+
+    # --- the run -------------------------------------------------------------------------------
+
+    def fill_all(self) -> InfillResult:
+        fills: list[str] = []
+        reports: list[HoleReport] = []
+        self._append_fixed(self.parts[0])
+        for j in range(len(self.parts) - 1):
+            report = self._fill_hole(j, "".join(p + f for p, f in zip(self.parts, fills)) + self.parts[j])
+            fills.append(report.fill)
+            reports.append(report)
+            self._append_fixed(self.parts[j + 1])
+        text = self.parts[0] + "".join(f + p for f, p in zip(fills, self.parts[1:]))
+        return InfillResult(fills, text, reports, self.model_calls)
+
+    def _fill_hole(self, j: int, before: str) -> HoleReport:
+        after = self.parts[j + 1:]
+        rest = [p.encode("utf-8") for p in after]
+        open_holes = [(0, None)] * len(rest)  # this hole's rest, then the later holes
+        closing = [(0, 0)] + open_holes[1:]  # this hole ends here
+        context = self._context(before, after)
+        ends = set(self.eos)
+        if self.fim is None and after[0]:
+            first = self.vocab.encode(after[0])
+            if first:
+                ends.add(first[0])  # a causal LM ends the hole by starting the next fixed text
+        report = HoleReport(fill="")
+        generated: list[int] = []
+        while True:
+            if len(generated) >= self.max_tokens:
+                report.end = "witness_budget"
+                break
+            choice = self._draw(self._logits(context + generated), ends, rest, open_holes, closing, report)
+            if choice is None:
+                report.end = "witness_refused"
+                break
+            if choice == "end":
+                break
+            generated.append(choice)
+            report.tokens += 1
+            self._advance(choice)
+        written = self.vocab.decode(generated)
+        if self.compiled is None:
+            report.fill = written.decode("utf-8", "replace")
+            return report
+        if report.end != "model":
+            witness = self.compiled.complete([before.encode("utf-8") + written, *rest])
+            if witness is None:  # cannot happen: every admitted token kept the text completable
+                raise AssertionError("a hole lost its completion; please report this with the inputs")
+            report.witness = witness[0].decode("utf-8", "replace")
+            written += witness[0]
+            self._restart(before.encode("utf-8") + written)
+        report.fill = written.decode("utf-8")  # between whole characters of a text in the language
+        return report
+
+    # --- one step ------------------------------------------------------------------------------
+
+    def _draw(self, logits: torch.Tensor, ends: set[int], rest: list[bytes], open_holes, closing,
+              report: HoleReport) -> int | str | None:
+        """The next token, ``"end"`` (the hole closes here) or None (every draw was refused)."""
+        if self.compiled is None:
+            token = sample_categorical(torch.softmax(process_logits(logits, self.params), dim=-1), self.generator)
+            return "end" if token in ends else token
+        words = allocate_token_bitmask(1, self.width)
+        self.matcher.fill_mask(words, 0)
+        masked = logits.detach().float().clone()
+        end_logits = {t: float(masked[t]) for t in ends if t < self.width}
+        apply_token_bitmask_inplace(masked, words[0])
+        for t, value in end_logits.items():
+            masked[t] = value  # the end tokens stay drawable: ending is checked below
+        can_end: bool | None = None
+        for _ in range(self.max_resamples):
+            if torch.isneginf(masked).all():
+                return None
+            token = sample_categorical(torch.softmax(process_logits(masked, self.params), dim=-1), self.generator)
+            if token in ends:
+                if can_end is None:
+                    can_end = self._check(b"", rest, closing, report)
+                if can_end:
+                    return "end"
+                if token in self.eos or not self.matcher.allows(token):
+                    masked[token] = float("-inf")
+                    report.refused += 1
+                    continue
+            if self._check(self.vocab.token_bytes[token], rest, open_holes, report):
+                return token
+            masked[token] = float("-inf")
+            report.refused += 1
+        return None
+
+    def _check(self, data: bytes, rest: list[bytes], holes, report: HoleReport) -> bool:
+        """Whether the text so far, then ``data``, then the holes (``holes`` bounds) and fixed
+        texts ``rest`` can be completed; the chart is left as it was."""
+        t0 = time.perf_counter()
+        chart = self.chart
+        mark = chart.length
+        try:
+            if data and not chart.extend(data):
+                return False
+            return chart.check(rest, holes) is not None
+        finally:
+            chart.truncate(mark)
+            report.checks += 1
+            report.check_seconds.append(time.perf_counter() - t0)
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def _append_fixed(self, text: str) -> None:
+        if not text or self.compiled is None:
+            return
+        for token in self.vocab.encode(text):
+            self._advance(token)
+
+    def _advance(self, token: int) -> None:
+        if self.compiled is None:
+            return
+        self.matcher.advance(token)
+        self.chart.extend(self.vocab.token_bytes[token])
+
+    def _restart(self, text: bytes) -> None:
+        """Matcher and chart rebuilt over ``text`` (after a witness, whose bytes may finish a
+        character the model's last token began)."""
+        self.matcher = self.compiled.matcher()
+        self.chart = HoleChart(self.compiled.hole_grammar, self.compiled._runtime.limits)
+        self._append_fixed(text.decode("utf-8"))
+
+    def _context(self, before: str, after: list[str]) -> list[int]:
+        vocab = self.vocab
+        bos = [vocab.bos_token_id] if vocab.bos_token_id is not None else []
+        if self.fim is not None:
+            suffix = "".join(after)
+            return bos + [self.fim.prefix] + vocab.encode(self.prompt + before) + [self.fim.suffix] + \
+                vocab.encode(suffix) + [self.fim.middle]
+        ids = bos + vocab.encode(self.prompt + before)
+        return ids or [next(iter(self.eos))]
+
+    def _logits(self, ids: list[int]) -> torch.Tensor:
+        self.model_calls += 1
+        return self.lm.next_logits([ids])[0]
