@@ -88,6 +88,19 @@ class HoleGrammar:
         self._flat = [d._flat for d in cfg.terminals]
         self._accepting = [d._acc for d in cfg.terminals]
         self._any: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        expecting: dict[int, list[int]] = {}
+        for item, symbol in enumerate(next_symbol):
+            if symbol is not None:
+                expecting.setdefault(symbol, []).append(item)
+        self.expecting = expecting
+        rhs_symbols: dict[int, set[int]] = {}
+        for prod in cfg.productions:
+            rhs_symbols.setdefault(prod.lhs, set()).update(prod.rhs)
+        self._rhs_symbols = rhs_symbols
+        self._closure: dict[int, frozenset[int]] = {}
+        self._inner: dict[frozenset[int], dict[int, list[int]]] = {}
+        self._reach: dict[tuple[int, int], list[int]] = {}
+        self._into: dict[tuple[int, int, int], list[int]] = {}
 
     @property
     def start(self) -> int:
@@ -108,6 +121,69 @@ class HoleGrammar:
             targets, first_byte = np.unique(row, return_index=True)
             found = [(int(s), int(b)) for s, b in zip(targets, first_byte) if s >= 0]
             self._any[key] = found
+        return found
+
+
+    # --- what a hole of any length does (``HoleChart._close_loop``) ----------------------------
+
+    def symbol_closure(self, symbol: int) -> frozenset[int]:
+        """``symbol`` and every symbol some derivation from it uses: what a hole that predicts
+        ``symbol`` predicts (inside a hole, every dot of every production is reachable)."""
+        found = self._closure.get(symbol)
+        if found is None:
+            seen = {symbol}
+            work = [symbol]
+            while work:
+                x = work.pop()
+                for y in self._rhs_symbols.get(x, ()) if x >= 0 else ():
+                    if y not in seen:
+                        seen.add(y)
+                        work.append(y)
+            found = self._closure[symbol] = frozenset(seen)
+        return found
+
+    def inner_waits(self, predicted: frozenset[int]) -> dict[int, list[int]]:
+        """For the nonterminals ``predicted`` in a hole: symbol -> the items of their productions
+        with the dot before that symbol (every such item is in the hole's set, origin the hole)."""
+        found = self._inner.get(predicted)
+        if found is None:
+            lhs_of = self.lhs_of
+            found = {}
+            for symbol, items in self.expecting.items():
+                kept = [it for it in items if lhs_of[it] in predicted]
+                if kept:
+                    found[symbol] = kept
+            if len(self._inner) > 64:
+                self._inner.clear()
+            self._inner[predicted] = found
+        return found
+
+    def reach(self, terminal: int, state: int) -> list[int]:
+        """The DFA states any bytes lead to from ``state``, ``state`` included."""
+        key = (terminal, state)
+        found = self._reach.get(key)
+        if found is None:
+            seen = {state}
+            work = [state]
+            while work:
+                s = work.pop()
+                for s2, _ in self.any_successors(terminal, s):
+                    if s2 not in seen:
+                        seen.add(s2)
+                        work.append(s2)
+            found = self._reach[key] = sorted(seen)
+        return found
+
+    def into(self, terminal: int, state: int, byte: int) -> list[int]:
+        """The states ``byte`` leads to after any bytes from ``state`` (``state`` -1: from the
+        terminal's start, i.e. a lexeme that began anywhere in the hole)."""
+        key = (terminal, state, byte)
+        found = self._into.get(key)
+        if found is None:
+            table = self.dfas[terminal].table
+            sources = np.arange(table.shape[0]) if state < 0 else np.asarray(self.reach(terminal, state))
+            targets = np.unique(table[sources, byte])
+            found = self._into[key] = [int(t) for t in targets if t >= 0]
         return found
 
 
@@ -132,6 +208,42 @@ class _Set:
 
     def __bool__(self) -> bool:
         return bool(self.items) or bool(self.lexemes)
+
+
+class _LoopWaits(dict):
+    """The wait lists of an unbounded hole's set: the items found there (a dict) plus the items
+    of every production the hole predicts, built the first time a completion asks."""
+
+    def __init__(self, inner: dict[int, list[int]], state: int):
+        super().__init__()
+        self._inner = inner
+        self._state = state
+        self._built: set[int] = set()
+
+    def get(self, symbol, default=()):  # noqa: D401 - dict.get with the inner items merged in
+        if symbol not in self._built:
+            self._built.add(symbol)
+            extra = [(it, self._state, 0) for it in self._inner.get(symbol, ())]
+            if extra:
+                self.setdefault(symbol, []).extend(extra)
+        return dict.get(self, symbol, default)
+
+
+class _LoopSet(_Set):
+    """An unbounded hole's set in check-only mode, kept in closed form: the items found by
+    skipping and completing (``items``), the lexemes that entered from before the hole
+    (``outer``: each stands for every state any bytes lead to) and the terminals the hole starts
+    (``inner_terminals``: each in every state)."""
+
+    __slots__ = ("outer", "inner_terminals")
+
+    def __init__(self):
+        super().__init__(False)
+        self.outer: list[tuple[int, int, int]] = []
+        self.inner_terminals: list[int] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.items) or bool(self.outer) or bool(self.inner_terminals)
 
 
 @dataclass(frozen=True)
@@ -291,8 +403,12 @@ class HoleChart:
                 for source, label in sources:
                     if source != q and sets[source]:  # the self-loop runs inside the closure
                         self._transfer(sets[source], source, label, heap)
-                sets.append(_Set(self.witness))
-                self._close(q, heap, auto.self_loop[offset])
+                if auto.self_loop[offset] and not self.witness:
+                    sets.append(_LoopSet())
+                    self._close_loop(q, heap)
+                else:
+                    sets.append(_Set(self.witness))
+                    self._close(q, heap, auto.self_loop[offset])
         try:
             self._run(work)
             best = None
@@ -351,6 +467,16 @@ class HoleChart:
         """Push ``source``'s lexemes one byte on (``label``) into the next state's heap."""
         grammar = self.grammar
         push = self._push
+        if isinstance(source, _LoopSet):
+            if label == _ANY:  # pragma: no cover - an unbounded hole is always followed by fixed text
+                raise AssertionError("no 'any byte' transition leaves an unbounded hole")
+            for t in source.inner_terminals:
+                for s2 in grammar.into(t, -1, label):
+                    push(heap, 0, _LEXEME, (t, s2, q), (_BYTE,))
+            for t, s, start in source.outer:
+                for s2 in grammar.into(t, s, label):
+                    push(heap, 0, _LEXEME, (t, s2, start), (_BYTE,))
+            return
         if label == _ANY:
             for (t, s, start), weight in source.lexemes.items():
                 for s2, byte in grammar.any_successors(t, s):
@@ -361,6 +487,72 @@ class HoleChart:
                 s2 = step(t, s, label)
                 if s2 >= 0:
                     push(heap, weight, _LEXEME, (t, s2, start), (_BYTE, (t, s, start), q, label))
+
+    def _close_loop(self, q: int, heap: list) -> None:
+        """Close an unbounded hole's set in closed form (check-only mode, weights unused): a
+        hole can hold any derivation, so an item skips any symbol after its dot, a lexeme that
+        entered the hole can finish there, and every symbol an item still expects is predicted,
+        with every dot of its productions. Equal to ``_close(q, heap, loop=True)``'s answer, in
+        time linear in the items that reach the hole instead of in the whole grammar."""
+        grammar = self.grammar
+        S: _LoopSet = self.sets[q]
+        sets = self.sets
+        next_symbol, lhs_of = grammar.next_symbol, grammar.lhs_of
+        bound = self._items_bound
+        items = S.items
+        work: list[tuple[int, int]] = []
+        seen_outer: set[tuple[int, int, int]] = set()
+        finished: set[tuple[int, int]] = set()
+
+        def complete(symbol: int, origin: int) -> None:
+            if (symbol, origin) in finished:
+                return
+            finished.add((symbol, origin))
+            source = sets[origin]
+            waits = source.wait_t if symbol < 0 else source.wait_nt
+            for it, org, _ in waits.get(~symbol if symbol < 0 else symbol, ()):
+                key = (it + 1, org)
+                if key not in items:
+                    items[key] = 0
+                    work.append(key)
+
+        for _, _, kind, key, _ in heap:
+            if kind != _LEXEME or key in seen_outer:
+                continue
+            seen_outer.add(key)
+            S.outer.append(key)
+            t, _, start = key
+            complete(~t, start)
+        predicted: set[int] = set()
+        while work:
+            self._work += 1
+            if self._work > bound:
+                raise LimitExceeded("max_infill_items", bound)
+            if not self._work & 1023 and time.monotonic() > self._deadline:
+                raise LimitExceeded("max_step_seconds", self.limits.max_step_seconds)
+            item, origin = work.pop()
+            symbol = next_symbol[item]
+            if symbol is None:
+                complete(lhs_of[item], origin)
+                continue
+            if symbol not in predicted:
+                predicted |= grammar.symbol_closure(symbol)
+            key = (item + 1, origin)
+            if key not in items:
+                items[key] = 0
+                work.append(key)
+            bucket = S.wait_t if symbol < 0 else S.wait_nt
+            bucket.setdefault(~symbol if symbol < 0 else symbol, []).append((item, origin, 0))
+        nonterminals = frozenset(x for x in predicted if x >= 0)
+        waits = _LoopWaits(grammar.inner_waits(nonterminals), q)
+        for symbol, entries in S.wait_nt.items():
+            dict.__setitem__(waits, symbol, entries)
+        S.wait_nt = waits
+        inner_t = _LoopWaits({~x: v for x, v in grammar.inner_waits(nonterminals).items() if x < 0}, q)
+        for symbol, entries in S.wait_t.items():
+            dict.__setitem__(inner_t, symbol, entries)
+        S.wait_t = inner_t
+        S.inner_terminals = sorted(~x for x in predicted if x < 0)
 
     def _close(self, q: int, heap: list, loop: bool) -> None:
         """Close state ``q``'s set in order of weight: predictions, completions, lexemes started
