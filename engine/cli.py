@@ -6,6 +6,7 @@ Examples::
     corral compile --tokenizer ../shared/vocab/ggml-vocab-gpt-2.gguf --gbnf ../shared/gbnf/json.gbnf
     corral check --tokenizer models/tiny-json --regex '[0-9]+' --text 12a
     corral bench grammars --tokenizer ../shared/vocab/ggml-vocab-llama-bpe.gguf
+    corral serve --model models/tiny-json --port 8000 --api-key sk-local
 
 Exit codes: 0 success; 1 the text was rejected (``check``) or a constrained generation hit
 ``--max-tokens`` before the constraint was complete; 2 usage or input errors (unreadable file,
@@ -20,7 +21,8 @@ given (schema, regex, grammar), before any model loads: every check of the API a
 with ``--schema``, ``--whitespace`` without it, bad sampling numbers, a device this machine lacks).
 
 Also runnable as ``python -m engine.cli``. ``bench`` runs ``python -m jsonschemabench`` in a
-subprocess (the engine package never imports the benchmark package).
+subprocess (the engine package never imports the benchmark package), and ``serve`` runs
+``python -m server`` the same way (the OpenAI-compatible server sits above the engine).
 """
 
 from __future__ import annotations
@@ -137,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     bench.add_argument("args", nargs="*", help="arguments passed to python -m jsonschemabench")
+
+    serve = sub.add_parser(
+        "serve",
+        help="serve a model over an OpenAI-compatible HTTP API (python -m server)",
+        description="Runs 'python -m server ARGS...' (--model PATH_OR_ID [--host] [--port] [--api-key]); see its --help.",
+        add_help=False,
+    )
+    serve.add_argument("args", nargs="*", help="arguments passed to python -m server")
     return parser
 
 
@@ -146,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:  # everything after "bench" belongs to jsonschemabench, --help included
         args = argparse.Namespace(handler=_cmd_bench, args=argv[1:])
+    elif argv[:1] == ["serve"]:  # likewise for the server
+        args = argparse.Namespace(handler=_cmd_serve, args=argv[1:])
     else:
         try:
             args = parser.parse_args(argv)
@@ -478,6 +490,31 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         raise UsageError("the benchmark package 'jsonschemabench' is not installed; run pip install -e '.[bench]'")
     command = [sys.executable, "-m", "jsonschemabench", *args.args]
     return subprocess.run(command, check=False).returncode
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    """``python -m server ARGS`` in a child process; SIGTERM is passed on to it, and SIGINT (which a
+    terminal sends to the child as well) is left to it, so Ctrl-C shuts the server down once,
+    gracefully. A shutdown by either signal is exit code 0."""
+    import signal
+
+    if importlib.util.find_spec("server") is None or importlib.util.find_spec("fastapi") is None:
+        raise UsageError("corral serve needs the server extra; run pip install -e '.[serve]'")
+    process = subprocess.Popen([sys.executable, "-m", "server", *args.args])
+    previous = {}
+    try:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, lambda signum, frame: process.send_signal(signum))
+    except ValueError:  # not the main thread: signals stay as they are
+        pass
+    try:
+        code = process.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if code in (-signal.SIGINT, -signal.SIGTERM):
+        return EXIT_OK
+    return code if code >= 0 else 128 - code
 
 
 if __name__ == "__main__":
