@@ -8,7 +8,6 @@ number terminals of many schemas are walked once.
 
 from __future__ import annotations
 
-import json
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -248,12 +247,14 @@ class Compiler:
             load_schema,
             parse_json_schema,
         )
+        from grammars.frontends.json_schema.document import canonical_json
 
         opts = JsonSchemaOptions(**options)
         with _nesting_guard():
             document = load_schema(schema)
-            canonical = json.dumps(document, sort_keys=True, ensure_ascii=False, default=repr)
-        return self._cached(("json_schema", canonical, opts), lambda: parse_json_schema(document, opts))
+            canonical = canonical_json(document)  # any depth: json.dumps stops near 1,000 levels
+        return self._cached(("json_schema", canonical, opts),
+                            lambda: parse_json_schema(document, opts, limits=self.limits))
 
     def _cached(self, source_key: tuple, parse) -> CompiledGrammar:
         key = source_key + (self.limits,)
@@ -288,8 +289,9 @@ class Compiler:
 
 @contextmanager
 def _nesting_guard():
-    """Front ends and lowering recurse over the expression tree: a schema or grammar nested
-    deeper than Python's stack allows is refused with a typed error, not a ``RecursionError``."""
+    """The safety net for what still recurses per level of nesting (Lark's own grammar loader,
+    C ``json.loads`` of schema text, very deep ``const``/``enum`` values; front ends and lowering
+    walk with explicit stacks): past Python's stack, a typed error, not a ``RecursionError``."""
     try:
         yield
     except RecursionError:

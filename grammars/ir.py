@@ -67,17 +67,17 @@ class _Node:
 
     Expression trees are deep and shared (a JSON string token is hundreds of nodes) and serve
     as cache keys everywhere; a recomputed dataclass hash cost ~0.1 ms per lookup. The cached
-    hash is left out of pickles: string hashes differ between processes.
+    hash is left out of pickles: string hashes differ between processes. Hashing and comparing
+    walk the tree with explicit stacks, so an expression may nest deeper than Python's recursion
+    limit.
     """
 
     _names: ClassVar[tuple[str, ...]] = ()
 
     def __hash__(self) -> int:
-        d = self.__dict__
-        h = d.get("_hash")
+        h = self.__dict__.get("_hash")
         if h is None:
-            h = hash((type(self), *[d[n] for n in self._names]))
-            d["_hash"] = h  # a derived value: written past the frozen __setattr__
+            h = _hash_tree(self)
         return h
 
     def __eq__(self, other: object) -> bool:
@@ -85,21 +85,82 @@ class _Node:
             return True
         if type(other) is not type(self):
             return NotImplemented
-        a, b = _representative(self), _representative(other)
-        if a is b:
-            return True
-        if hash(a) != hash(b):
-            return False
-        d, e = a.__dict__, b.__dict__
-        if all(d[n] == e[n] for n in self._names):
-            # Equal trees built separately are compared again and again as cache keys: link
-            # them, so the next comparison of either (or of a parent holding them) stops here.
-            e["_same_as"] = a
-            return True
-        return False
+        return _equal_trees(self, other)  # type: ignore[arg-type]
 
     def __getstate__(self) -> dict:
         return {n: self.__dict__[n] for n in self._names}
+
+
+def _children(node: _Node) -> tuple:
+    """The values below ``node`` that may be nodes: a sequence's or alternative's items, a
+    repetition's item (other fields hold text, code-point ranges and counts)."""
+    d = node.__dict__
+    if "items" in d:
+        return d["items"]
+    if "item" in d:
+        return (d["item"],)
+    return ()
+
+
+def _hash_tree(root: _Node) -> int:
+    """The hash of ``root``, computed bottom-up with an explicit stack: a node's hash is a hash
+    of its children's cached hashes, so an expression nested deeper than Python's recursion
+    limit hashes too (a plain ``hash`` of nested tuples recurses once per level)."""
+    stack = [root]
+    while stack:
+        node = stack[-1]
+        d = node.__dict__
+        if "_hash" in d:
+            stack.pop()
+            continue
+        pending = [k for k in _children(node) if isinstance(k, _Node) and "_hash" not in k.__dict__]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        d["_hash"] = hash((type(node), *[d[n] for n in node._names]))  # a derived value: past the frozen __setattr__
+    return root.__dict__["_hash"]
+
+
+def _equal_trees(x: _Node, y: _Node) -> bool:
+    """Structural equality of two nodes of one type, with an explicit stack (trees may nest
+    deeper than Python's recursion limit).
+
+    Equal trees built separately are compared again and again as cache keys: once found equal,
+    each pair is linked (``_same_as``), so the next comparison of either (or of a parent holding
+    them) stops at once."""
+    found: list[tuple[_Node, _Node]] = []
+    stack = [(x, y)]
+    while stack:
+        a, b = stack.pop()
+        a, b = _representative(a), _representative(b)
+        if a is b:
+            continue
+        if hash(a) != hash(b):
+            return False
+        d, e = a.__dict__, b.__dict__
+        for n in a._names:
+            u, v = d[n], e[n]
+            if n == "items":
+                if len(u) != len(v):
+                    return False
+                for p, q in zip(u, v):
+                    if p is q:
+                        continue
+                    if isinstance(p, _Node) and type(p) is type(q):
+                        stack.append((p, q))
+                    elif not p == q:
+                        return False
+            elif n == "item" and isinstance(u, _Node) and type(u) is type(v):
+                stack.append((u, v))
+            elif not u == v:
+                return False
+        found.append((a, b))
+    for a, b in found:  # every pair is equal: link each to one representative (never in a cycle)
+        a, b = _representative(a), _representative(b)
+        if a is not b:
+            b.__dict__["_same_as"] = a
+    return True
 
 
 def _representative(node: _Node) -> _Node:

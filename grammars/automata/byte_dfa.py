@@ -34,6 +34,7 @@ from numba import njit
 from ..errors import LimitExceeded, UnsupportedGrammarError
 from ..ir import Alt, Chars, Expr, Literal, Ref, Repeat, Seq
 from ..limits import Limits
+from .frames import Frame, run_frames
 from .subset import subset_construction
 from .utf8 import utf8_ranges
 
@@ -269,7 +270,7 @@ class _NFA:
     list per state and per run would cost more than the determinisation).
     """
 
-    __slots__ = ("eps", "edges", "offset", "blocks", "limit", "limits", "sub", "known", "built")
+    __slots__ = ("eps", "edges", "offset", "blocks", "limit", "limits", "sub", "known", "built", "nullable")
 
     def __init__(self, limits: Limits, sub: "Callable[[Expr], ByteDFA] | None" = None,
                  known: "Callable[[Expr], ByteDFA | None] | None" = None):
@@ -283,6 +284,8 @@ class _NFA:
         self.limit = limits.max_nfa_states
         self.sub = sub
         self.known = known
+        #: ``_nullable`` of repeated items, by identity (the value keeps the item alive)
+        self.nullable: dict[int, tuple[Expr, bool]] = {}
 
     def _overflow(self) -> LimitExceeded:
         return LimitExceeded(
@@ -327,31 +330,24 @@ class _NFA:
         A sequence or alternative below the root that ``known`` already has a DFA for (a member
         compiled as a terminal, met again behind a comma) is embedded as that DFA. A small one
         met again (the encodings of one character recur in every key that contains it) is
-        copied from a snapshot of its first build.
+        copied from a snapshot of its first build. Expressions may nest deeper than Python's
+        recursion limit: the walk runs as frames (``run_frames``).
         """
-        if isinstance(expr, (Seq, Alt)):
-            if self.known is not None and not root:
-                dfa = self.known(expr)
-                if dfa is not None:
-                    return self.dfa(dfa)
-            snap = self.built.get(expr)
-            if snap is not None:
-                return self._replay(snap)
-            lo = len(self.eps)
-            start, end = self._compound(expr)
-            hi = len(self.eps)
-            if hi - lo <= _SNAPSHOT_STATES:  # before any parent adds epsilon edges leaving the block
-                self.built[expr] = (lo, [list(e) for e in self.eps[lo:hi]], self.edges[lo:hi], self.offset[lo:hi],
-                                    self._blocks_within(lo, hi), start, end)
-            return start, end
+        leaf = self._leaf(expr, root)
+        return leaf if leaf is not None else run_frames(self._build(expr, root))
+
+    def _leaf(self, expr: Expr, root: bool) -> tuple[int, int] | None:
+        """The fragment of ``expr`` when building it walks nothing below it; else None."""
         if isinstance(expr, Literal):
             return self._literal(expr.text)
         if isinstance(expr, Chars):
             return self._chars(expr.ranges)
+        if isinstance(expr, (Seq, Alt)):
+            return None
         if isinstance(expr, Repeat):
             if self.sub is not None and not root and _worth_sharing(expr):  # embed its cached DFA
                 return self.dfa(self.sub(expr))
-            return self._repeat(expr.item, expr.min, expr.max)
+            return None
         if isinstance(expr, Ref):
             raise UnsupportedGrammarError(
                 f"rule reference {expr.name!r} inside a regular expression: references are not "
@@ -360,6 +356,27 @@ class _NFA:
         if isinstance(expr, ByteDFA):
             return self.dfa(expr)
         raise TypeError(f"not an IR expression: {expr!r}")
+
+    def _build(self, expr: Expr, root: bool = False) -> Frame:  # -> tuple[int, int]
+        leaf = self._leaf(expr, root)
+        if leaf is not None:
+            return leaf
+        if isinstance(expr, Repeat):
+            return (yield self._repeat(expr.item, expr.min, expr.max))
+        if self.known is not None and not root:
+            dfa = self.known(expr)
+            if dfa is not None:
+                return self.dfa(dfa)
+        snap = self.built.get(expr)
+        if snap is not None:
+            return self._replay(snap)
+        lo = len(self.eps)
+        start, end = yield self._compound(expr)  # type: ignore[arg-type]
+        hi = len(self.eps)
+        if hi - lo <= _SNAPSHOT_STATES:  # before any parent adds epsilon edges leaving the block
+            self.built[expr] = (lo, [list(e) for e in self.eps[lo:hi]], self.edges[lo:hi], self.offset[lo:hi],
+                                self._blocks_within(lo, hi), start, end)
+        return start, end
 
     def _replay(self, snap: tuple) -> tuple[int, int]:
         lo, eps, edges, offset, blocks, start, end = snap
@@ -372,27 +389,33 @@ class _NFA:
         self.blocks.extend([(b + off, d) for b, d in blocks])
         return start + off, end + off
 
-    def _compound(self, expr: Seq | Alt) -> tuple[int, int]:
+    def _items(self, items: tuple) -> Frame:  # -> list[tuple[int, int]]
+        frags = []
+        for item in items:
+            frag = self._leaf(item, False)
+            frags.append(frag if frag is not None else (yield self._build(item)))
+        return frags
+
+    def _compound(self, expr: Seq | Alt) -> Frame:  # -> tuple[int, int]
         if isinstance(expr, Seq):
             if not expr.items:
                 s = self.new()
                 return s, s
-            frags = [self.build(item) for item in expr.items]
+            frags = yield from self._items(expr.items)
             eps = self.eps
             for (_, end), (start, _) in zip(frags, frags[1:]):
                 eps[end].append(start)
             return frags[0][0], frags[-1][1]
-        if isinstance(expr, Alt):
-            if not expr.items:
-                return self.nothing()
-            s = self.new()
-            frags = [self.build(item) for item in expr.items]
-            e = self.new()
-            eps = self.eps
-            for fs, fe in frags:
-                eps[s].append(fs)
-                eps[fe].append(e)
-            return s, e
+        if not expr.items:
+            return self.nothing()
+        s = self.new()
+        frags = yield from self._items(expr.items)
+        e = self.new()
+        eps = self.eps
+        for fs, fe in frags:
+            eps[s].append(fs)
+            eps[fe].append(e)
+        return s, e
 
     def _literal(self, text: str) -> tuple[int, int]:
         try:
@@ -421,11 +444,17 @@ class _NFA:
         self.offset.extend([base] * count)
         return base, base + 1
 
-    def _repeat(self, item: Expr, mn: int, mx: int | None) -> tuple[int, int]:
+    def _is_nullable(self, item: Expr) -> bool:
+        hit = self.nullable.get(id(item))
+        if hit is None:
+            hit = self.nullable[id(item)] = (item, _nullable(item))
+        return hit[1]
+
+    def _repeat(self, item: Expr, mn: int, mx: int | None) -> Frame:  # -> tuple[int, int]
         if mx == 0:
             s = self.new()
             return s, s
-        if (mx is None or mx > 1) and _nullable(item):
+        if (mx is None or mx > 1) and self._is_nullable(item):
             # x{m,n} == x'{0,n} and x{m,} == x'* where x' = x minus the empty string: without
             # this, every copy of a nullable x could be skipped and epsilon closures (hence subset
             # construction) would grow with the number of copies.
@@ -433,14 +462,15 @@ class _NFA:
                 body = nonempty(self.sub(item))
             else:
                 sub_limits = replace(self.limits, max_nfa_states=max(0, self.limit - len(self.eps)))
-                body = nonempty(compile_regular(item, sub_limits))
+                body = nonempty((yield _compile(item, sub_limits, None, None)))
             if body.is_empty_language:
                 s = self.new()
                 return s, s
             item, mn = body, 0
         copies = max(mn, 1) if mx is None else mx
         base = len(self.eps)
-        fs, fe = self.build(item)
+        leaf = self._leaf(item, False)
+        fs, fe = leaf if leaf is not None else (yield self._build(item))
         top = len(self.eps)
         size = top - base
         if top + size * (copies - 1) + 2 > self.limit:
@@ -544,19 +574,31 @@ def _worth_sharing(expr: Repeat) -> bool:
 
 
 def _nullable(expr) -> bool:
-    if isinstance(expr, Literal):
-        return expr.text == ""
-    if isinstance(expr, Chars):
-        return False
-    if isinstance(expr, Seq):
-        return all(_nullable(item) for item in expr.items)
-    if isinstance(expr, Alt):
-        return any(_nullable(item) for item in expr.items)
-    if isinstance(expr, Repeat):
-        return expr.min == 0 or _nullable(expr.item)
-    if isinstance(expr, ByteDFA):
-        return expr.accepts_empty
-    return False  # Ref: reported by build
+    """Whether ``expr`` matches the empty string; post-order with an explicit stack (an
+    expression may nest deeper than Python's recursion limit)."""
+    done: dict[int, bool] = {}
+    stack: list[tuple[object, bool]] = [(expr, False)]
+    while stack:
+        e, ready = stack.pop()
+        if id(e) in done:
+            continue
+        if isinstance(e, Literal):
+            done[id(e)] = e.text == ""
+        elif isinstance(e, Repeat) and e.min == 0:
+            done[id(e)] = True
+        elif isinstance(e, (Seq, Alt, Repeat)):
+            kids = (e.item,) if isinstance(e, Repeat) else e.items
+            if not ready:
+                stack.append((e, True))
+                stack.extend((k, False) for k in kids if id(k) not in done)
+                continue
+            values = [done[id(k)] for k in kids]
+            done[id(e)] = any(values) if isinstance(e, Alt) else all(values)
+        elif isinstance(e, ByteDFA):
+            done[id(e)] = e.accepts_empty
+        else:
+            done[id(e)] = False  # Chars; Ref: reported by build
+    return done[id(expr)]
 
 
 # ------------------------------------------------------------------------------------------
@@ -886,10 +928,67 @@ def compile_regular(expr: Expr, limits: Limits = Limits(), sub: Callable[[Expr],
     """
     if isinstance(expr, ByteDFA):  # a pre-compiled piece standing alone: no NFA round trip
         return minimize(expr)
+    if sub is not None:
+        _shared_pieces_first(expr, sub, known)
+    return run_frames(_compile(expr, limits, sub, known))
+
+
+def _compile(expr: Expr, limits: Limits, sub: Callable[[Expr], ByteDFA] | None,
+             known: Callable[[Expr], ByteDFA | None] | None) -> Frame:  # -> ByteDFA
+    """``compile_regular`` as a frame: a repetition of a nullable item compiles the item first,
+    in the same walk."""
     nfa = _NFA(limits, sub, known)
-    start, final = nfa.build(expr, root=True)
+    start, final = yield nfa._build(expr, True)
     table, accepting, b2c = _determinize(nfa, start, final, limits.max_dfa_states)
     return _finish(table, accepting, 0, b2c)
+
+
+def _shared_pieces_first(expr: Expr, sub: Callable[[Expr], ByteDFA],
+                         known: Callable[[Expr], ByteDFA | None] | None) -> None:
+    """Ask ``sub`` for every piece that building ``expr`` will ask it for, innermost first.
+
+    ``sub`` (the compiler's memoised ``compile_regular``) compiles a piece with its own NFA,
+    whose pieces it asks ``sub`` for in turn: nested repetitions would nest those calls, a few
+    Python frames per level. Compiled innermost first, each call finds the pieces below it
+    cached, so the stack stays flat however deep the expression. The walk mirrors ``_NFA``'s
+    (the same pieces, in the order their compilations finish) and stops where a piece is
+    already cached (``known``), so nested calls walk only their own level."""
+
+    def cached(e: Expr) -> bool:
+        return known is not None and known(e) is not None
+
+    seen: set[int] = set()
+    keep: list[Expr] = []  # keeps the ids in ``seen`` unique
+
+    def visit(e: Expr, root: bool) -> Frame:
+        if isinstance(e, (Seq, Alt)):
+            if not root:
+                if id(e) in seen or cached(e):
+                    return
+                seen.add(id(e))
+                keep.append(e)
+            for item in e.items:
+                if isinstance(item, (Seq, Alt, Repeat)):
+                    yield visit(item, False)
+        elif isinstance(e, Repeat):
+            if not root and _worth_sharing(e):
+                if id(e) not in seen and not cached(e):
+                    seen.add(id(e))
+                    keep.append(e)
+                    yield visit(e, True)  # what ``sub(e)`` builds
+                    sub(e)
+                return
+            if e.max == 0:
+                return
+            if (e.max is None or e.max > 1) and _nullable(e.item):
+                if not cached(e.item):
+                    yield visit(e.item, True)
+                    sub(e.item)
+                return
+            if isinstance(e.item, (Seq, Alt, Repeat)):
+                yield visit(e.item, False)
+
+    run_frames(visit(expr, True))
 
 
 def byte_classes(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Callable
 
+from grammars.automata.frames import Frame, run_frames
 from grammars.errors import EmptyLanguageError, GrammarError, LimitExceeded
 from grammars.ir import EMPTY, Alt, Expr, Grammar, Literal, Ref, Repeat, Seq, seq
 from grammars.limits import Limits
@@ -143,15 +144,18 @@ class _Lowering:
         state: dict[str, int] = {}  # 0 visiting, 1 done
         inlinable: set[str] = set()
 
-        def visit(name: str) -> bool:
-            if state.get(name) == 1:
-                return name in inlinable
-            if state.get(name) == 0:
-                return False  # recursion: not regular
-            state[name] = 0
+        def visit(name: str) -> Frame:  # a frame (``run_frames``): rules may nest thousands deep
             expr = self.rules[name]
             refs = self._refs(expr)
-            ok = all([visit(ref) for ref in refs])  # a list: visit every reference
+            ok = True
+            for ref in refs:  # visit every reference
+                if state.get(ref) == 1:
+                    ok = ok and ref in inlinable
+                elif state.get(ref) == 0:
+                    ok = False  # recursion: not regular
+                else:
+                    state[ref] = 0
+                    ok = (yield visit(ref)) and ok
             state[name] = 1
             if ok:  # sized only now: most rules of a big grammar refer to a rule that is not inlinable
                 size = _size(expr, INLINE_BUDGET) + sum(sizes[ref] for ref in refs)  # only "within the budget?" matters
@@ -161,7 +165,9 @@ class _Lowering:
             return name in inlinable
 
         for name in self.rules:
-            visit(name)
+            if name not in state:
+                state[name] = 0
+                run_frames(visit(name))
         return inlinable
 
     def _refs(self, expr: Expr) -> frozenset[str]:
@@ -208,24 +214,39 @@ class _Lowering:
         Memoised, so one sub-expression expands to one object: cache lookups keyed by the
         expansion then compare by identity instead of walking equal trees.
         """
+        done = self._expanded_now(expr)
+        return done if done is not None else run_frames(self._expand_frame(expr))
+
+    def _expanded_now(self, expr: Expr) -> Expr | None:
+        """The expansion of ``expr`` when it needs no walk (a leaf, or memoised); else None."""
         if isinstance(expr, Ref):
-            cached = self._expanded.get(expr.name)
-            if cached is None:
-                cached = self._expand(self.rules[expr.name])
-                self._expanded[expr.name] = cached
-            return cached
+            return self._expanded.get(expr.name)
         if not isinstance(expr, (Seq, Alt, Repeat)):
             return expr
-        out = self._expansions.get(expr)
-        if out is None:
-            if isinstance(expr, Repeat):
-                item = self._expand(expr.item)
-                out = expr if item is expr.item else Repeat(item, expr.min, expr.max)
-            else:
-                items = tuple(self._expand(e) for e in expr.items)
-                same = all(a is b for a, b in zip(items, expr.items))
-                out = expr if same else type(expr)(items)
-            self._expansions[expr] = out
+        return self._expansions.get(expr)
+
+    def _expand_frame(self, expr: Expr) -> Frame:
+        if isinstance(expr, Ref):
+            body = self.rules[expr.name]
+            cached = self._expanded_now(body)
+            if cached is None:
+                cached = yield self._expand_frame(body)
+            self._expanded[expr.name] = cached
+            return cached
+        if isinstance(expr, Repeat):
+            item = self._expanded_now(expr.item)
+            if item is None:
+                item = yield self._expand_frame(expr.item)
+            out = expr if item is expr.item else Repeat(item, expr.min, expr.max)
+        else:
+            parts: list[Expr] = []
+            for e in expr.items:  # type: ignore[union-attr]
+                part = self._expanded_now(e)
+                parts.append(part if part is not None else (yield self._expand_frame(e)))
+            items = tuple(parts)
+            same = all(a is b for a, b in zip(items, expr.items))  # type: ignore[union-attr]
+            out = expr if same else type(expr)(items)
+        self._expansions[expr] = out
         return out
 
     # --- building symbols ------------------------------------------------------------------
@@ -282,17 +303,18 @@ class _Lowering:
         self.symbol_cache[expr] = sym
         return (sym,)
 
-    def _run_symbols(self, run: list[Expr]) -> tuple[int, ...] | None:
+    def _run_symbols(self, run: list[Expr]) -> Frame:  # -> tuple[int, ...] | None
         """``_run_symbols_of``, memoised by the identity of the run's items: the states of an
         any-order object repeat the same runs (a comma and a member) thousands of times, each
         as a new list of the same objects. The value keeps the items alive, so ids stay unique."""
         key = tuple(map(id, run))
         hit = self._runs_seen.get(key)
         if hit is None:
-            hit = self._runs_seen[key] = (tuple(run), self._run_symbols_of(run))
+            symbols = yield self._run_symbols_of(run)
+            hit = self._runs_seen[key] = (tuple(run), symbols)
         return hit[1]
 
-    def _run_symbols_of(self, run: list[Expr]) -> tuple[int, ...] | None:
+    def _run_symbols_of(self, run: list[Expr]) -> Frame:  # -> tuple[int, ...] | None
         """A regular run as terminals: merged, except that big pieces stand alone.
 
         A piece whose DFA has more than ``ALONE_STATES`` states (a long counted string, the
@@ -332,7 +354,7 @@ class _Lowering:
                     continue
                 sym = self._terminal_symbols(seq(group))
             else:
-                sym = self._structural_symbols(group)
+                sym = yield self._structural_symbols(group)
             if sym is None:
                 return None
             out.extend(sym)
@@ -345,9 +367,19 @@ class _Lowering:
         if not self.split_runs or not isinstance(piece, (Repeat, Alt)):
             return False
         hit = self._structural_pieces.get(piece)
+        return hit if hit is not None else run_frames(self._structural_frame(piece))
+
+    def _structural_frame(self, piece: Expr) -> Frame:
+        if not self.split_runs or not isinstance(piece, (Repeat, Alt)):
+            return False
+        hit = self._structural_pieces.get(piece)
         if hit is None:
             items = (piece.item,) if isinstance(piece, Repeat) else piece.items
-            hit = any(self._holds_big(item) for item in items)
+            hit = False
+            for item in items:
+                if (yield self._holds_big(item)):
+                    hit = True
+                    break
             if not hit and isinstance(piece, Repeat) and piece.max is not None and piece.max > 1:
                 # many copies of a sizeable item (an array of up to 200 fixed-length strings)
                 states = getattr(self.compile_dfa(self._expand(piece.item)), "n_states", 0)
@@ -355,9 +387,9 @@ class _Lowering:
             self._structural_pieces[piece] = hit
         return hit
 
-    def _holds_big(self, expr: Expr) -> bool:
+    def _holds_big(self, expr: Expr) -> Frame:  # -> bool
         for q in self._pieces([expr]):
-            if self._structural(q):
+            if (yield self._structural_frame(q)):
                 return True
             if isinstance(q, Alt) or (isinstance(q, Repeat) and q.max is None):
                 continue  # many small alternatives, or a loop: big only as a whole, not holding
@@ -365,15 +397,15 @@ class _Lowering:
                 return True
         return False
 
-    def _structural_symbols(self, piece: Expr) -> tuple[int, ...] | None:
+    def _structural_symbols(self, piece: Expr) -> Frame:  # -> tuple[int, ...] | None
         return self._repeat(piece) if isinstance(piece, Repeat) else self._alt(piece)  # type: ignore[arg-type]
 
-    def _alt(self, expr: Alt) -> tuple[int, ...]:
+    def _alt(self, expr: Alt) -> Frame:  # -> tuple[int, ...]
         """An alternative as a nonterminal with one production per branch."""
         nt, new = self._nonterminal(("alt", expr), "<alt>")
         if new:
             for item in expr.items:
-                self._add(nt, self._symbols(item))
+                self._add(nt, (yield self._symbols(item)))
         return (nt,)
 
     def _pieces(self, run: list[Expr]) -> list[Expr]:
@@ -400,14 +432,18 @@ class _Lowering:
             hit = self._big_pieces[piece] = getattr(sized, "n_states", 0) > ALONE_STATES
         return hit
 
-    def _symbols(self, expr: Expr) -> tuple[int, ...] | None:
-        """``expr`` as a sequence of symbols; None when its language is empty."""
+    def _symbols(self, expr: Expr) -> Frame:  # -> tuple[int, ...] | None
+        """``expr`` as a sequence of symbols; None when its language is empty.
+
+        This and the methods it calls that lead back to it (``_rule``, ``_alt``, ``_repeat``,
+        ``_run_symbols``) are frames for ``run_frames``: rules and expressions may nest
+        thousands of levels deep, and each level is a generator on the heap, not a Python frame."""
         if self._is_regular(expr):
             if isinstance(expr, (Seq, Ref, Repeat, Alt)):
-                return self._run_symbols([expr])
+                return (yield self._run_symbols([expr]))
             return self._terminal_symbols(expr)
         if isinstance(expr, Ref):
-            return (self._rule(expr.name),)
+            return ((yield self._rule(expr.name)),)
         if isinstance(expr, Seq):
             out: list[int] = []
             run: list[Expr] = []
@@ -416,29 +452,29 @@ class _Lowering:
                     run.append(item)
                     continue
                 if run:
-                    piece = self._run_symbols(run)
+                    piece = yield self._run_symbols(run)
                     if piece is None:
                         return None
                     out.extend(piece)
                     run = []
-                piece = self._symbols(item)
+                piece = yield self._symbols(item)
                 if piece is None:
                     return None
                 out.extend(piece)
             if run:
-                piece = self._run_symbols(run)
+                piece = yield self._run_symbols(run)
                 if piece is None:
                     return None
                 out.extend(piece)
             return tuple(out)
         if isinstance(expr, Alt):
-            return self._alt(expr)
+            return (yield self._alt(expr))
         if isinstance(expr, Repeat):
-            return self._repeat(expr)
+            return (yield self._repeat(expr))
         raise GrammarError(f"unexpected IR node {expr!r}")  # pragma: no cover - exhaustive
 
-    def _repeat(self, expr: Repeat) -> tuple[int, ...] | None:
-        body = self._symbols(expr.item)
+    def _repeat(self, expr: Repeat) -> Frame:  # -> tuple[int, ...] | None
+        body = yield self._symbols(expr.item)
         if body is None:
             return () if expr.min == 0 else None
         if not body:
@@ -464,19 +500,19 @@ class _Lowering:
             optional_tail = (prev,)
         return (item_nt,) * expr.min + optional_tail
 
-    def _rule(self, name: str) -> int:
+    def _rule(self, name: str) -> Frame:  # -> int
         nt, new = self._nonterminal(("rule", name), name)
         if new:
             expr = self.rules[name]
             alts = expr.items if isinstance(expr, Alt) and not self._is_regular(expr) else (expr,)
             for item in alts:
-                self._add(nt, self._symbols(item))
+                self._add(nt, (yield self._symbols(item)))
         return nt
 
     # --- normalisation -------------------------------------------------------------------
 
     def run(self) -> TerminalCFG:
-        start = self._rule(self.start_name)
+        start = run_frames(self._rule(self.start_name))
         prods = _split_nullable_heavy(self.productions, len(self.nt_names), self.nt_names)
         nullable = _nullable(prods)
         prods = _eliminate_epsilon(prods, nullable, self.limits)

@@ -17,6 +17,7 @@ U+00HH, not a byte. ``.`` is any character, newline included. The start rule is 
 
 from __future__ import annotations
 
+from grammars.automata.frames import Frame, run_frames
 from grammars.frontends._charclass import (
     ANY_CHAR,
     Cursor,
@@ -111,17 +112,19 @@ class _GbnfParser:
             raise cur.error("expected '::=' after the rule name")
         if name in self.rules:
             raise cur.error(f"rule {name!r} is defined twice", start)
-        self.rules[name] = self._alternates(depth=0)
+        self.rules[name] = run_frames(self._alternates(depth=0))
         if cur.peek() == ")":
             raise cur.error("unbalanced ')'")
 
-    def _alternates(self, depth: int) -> Expr:
-        branches = [self._sequence(depth)]
+    def _alternates(self, depth: int) -> Frame:  # -> Expr
+        """Alternatives; a parenthesised group nests another. These methods are frames
+        (``run_frames``), so groups may nest deeper than Python's recursion limit."""
+        branches = [(yield self._sequence(depth))]
         while self.cur.take_if("|"):
-            branches.append(self._sequence(depth))
+            branches.append((yield self._sequence(depth)))
         return alt(branches)
 
-    def _sequence(self, depth: int) -> Expr:
+    def _sequence(self, depth: int) -> Frame:  # -> Expr
         """Items until ``|``, ``)``, the end, or (at top level) a line starting a new rule."""
         cur = self.cur
         items: list[Expr] = []
@@ -135,11 +138,19 @@ class _GbnfParser:
                 if not items:
                     raise cur.error(f"expected an item before {cur.peek()!r}")
                 items[-1] = self._quantified(items[-1])
+            elif cur.peek() == "(":
+                start = cur.pos
+                cur.take()
+                body = yield self._alternates(depth + 1)
+                if not cur.take_if(")"):
+                    raise cur.error("expected ')'", start)
+                items.append(body)
             else:
                 items.append(self._item(depth))
         return seq(items)
 
     def _item(self, depth: int) -> Expr:
+        """One item other than a group (``_sequence`` parses those)."""
         cur, start = self.cur, self.cur.pos
         ch = cur.peek()
         if ch == '"':
@@ -150,12 +161,6 @@ class _GbnfParser:
         if ch == ".":
             cur.take()
             return ANY_CHAR
-        if ch == "(":
-            cur.take()
-            body = self._alternates(depth + 1)
-            if not cur.take_if(")"):
-                raise cur.error("expected ')'", start)
-            return body
         if ch in ("<", "!"):
             raise cur.unsupported("token-level GBNF syntax (matches tokens, not characters)")
         name = self._name_text()

@@ -22,6 +22,7 @@ or order-dependent terminal regexes are taken at their full-match language.
 from __future__ import annotations
 
 import re
+import sys
 from typing import Iterable
 
 from lark.exceptions import LarkError, UnexpectedInput
@@ -29,7 +30,7 @@ from lark.grammar import Rule, Symbol
 from lark.lexer import PatternStr, TerminalDef
 from lark.load_grammar import GrammarBuilder
 
-from grammars.errors import GrammarSyntaxError, UnsupportedGrammarError
+from grammars.errors import GrammarSyntaxError, LimitExceeded, UnsupportedGrammarError
 from grammars.frontends.regex import parse_terminal_regex
 from grammars.ir import Expr, Grammar, Literal, Ref, alt, repeat, seq
 
@@ -93,6 +94,10 @@ def _compile(text: str, start: str, source: str) -> tuple[list[TerminalDef], lis
     except OSError as err:  # an %import whose file does not exist
         offset = max(0, text.find("%import"))
         raise GrammarSyntaxError(f"cannot import: {err}", text, offset, source=source) from err
+    except RecursionError:  # Lark's loader recurses once per level of nested parentheses
+        raise LimitExceeded("recursion", sys.getrecursionlimit(),
+                            "the Lark grammar nests expressions too deeply for Lark's loader (Python's "
+                            f"recursion limit {sys.getrecursionlimit()} was reached)") from None
 
 
 def _first_line(err: Exception) -> str:

@@ -57,6 +57,7 @@ import functools
 from dataclasses import dataclass
 from typing import Iterable
 
+from grammars.automata.frames import Frame, run_frames
 from grammars.errors import UnsupportedGrammarError
 from grammars.frontends._charclass import (
     ANY_CHAR,
@@ -179,7 +180,9 @@ _Item = Expr | _Anchor
 
 
 class _RegexParser:
-    """Recursive descent over the pattern: alternation > branch > quantified atom."""
+    """Recursive descent over the pattern: alternation > branch > quantified atom. A group
+    nests an alternation: those methods are frames (``run_frames``), so groups may nest
+    deeper than Python's recursion limit."""
 
     def __init__(self, pattern: str, source: str, flags: frozenset[str], *, anchors: bool) -> None:
         self.cur = Cursor(pattern, source)
@@ -190,9 +193,12 @@ class _RegexParser:
     # --- structure ---------------------------------------------------------------------
 
     def parse(self, *, search: bool) -> Expr:
-        branches = [self._branch(self.flags, top=True)]
+        return run_frames(self._parse(search))
+
+    def _parse(self, search: bool) -> Frame:  # -> Expr
+        branches = [(yield self._branch(self.flags, top=True))]
         while self.cur.take_if("|"):
-            branches.append(self._branch(self.flags, top=True))
+            branches.append((yield self._branch(self.flags, top=True)))
         if not self.cur.at_end():
             raise self.cur.error("unbalanced parenthesis")
         return alt(self._top_branch(items, search) for items in branches)
@@ -215,16 +221,19 @@ class _RegexParser:
             return anything  # one star, not two: avoids a needlessly ambiguous ANY* ANY*
         return seq([_unless(start_anchored, anything), body, _unless(end_anchored, anything)])
 
-    def _alternation(self, flags: frozenset[str]) -> Expr:
-        branches = [self._branch(flags, top=False)]
+    def _alternation(self, flags: frozenset[str]) -> Frame:  # -> Expr
+        branches = [(yield self._branch(flags, top=False))]
         while self.cur.take_if("|"):
-            branches.append(self._branch(flags, top=False))
+            branches.append((yield self._branch(flags, top=False)))
         return alt(_join(items) for items in branches)  # type: ignore[arg-type]
 
-    def _branch(self, flags: frozenset[str], *, top: bool) -> list[_Item]:
+    def _branch(self, flags: frozenset[str], *, top: bool) -> Frame:  # -> list[_Item]
         items: list[_Item] = []
         while not self.cur.at_end() and self.cur.peek() not in "|)":
-            atom = self._atom(flags, top=top)
+            if self.cur.peek() == "(":
+                atom = yield self._group(flags)
+            else:
+                atom = self._atom(flags, top=top)
             if isinstance(atom, _Anchor):
                 if self._quantifier_ahead():
                     raise self.cur.error("nothing to repeat")
@@ -294,9 +303,7 @@ class _RegexParser:
 
     def _atom(self, flags: frozenset[str], *, top: bool) -> Expr | _Anchor:
         cur = self.cur
-        ch = cur.peek()
-        if ch == "(":
-            return self._group(flags)
+        ch = cur.peek()  # "(" opens a group, which ``_branch`` parses
         if ch == "[":
             return self._class(flags)
         if ch == ".":
@@ -324,12 +331,12 @@ class _RegexParser:
             raise self.cur.unsupported(f"anchor {kind!r} inside a group", offset)
         return _Anchor(kind, offset)
 
-    def _group(self, flags: frozenset[str]) -> Expr:
+    def _group(self, flags: frozenset[str]) -> Frame:  # -> Expr
         cur, start = self.cur, self.cur.pos
         cur.take()
         if cur.take_if("?"):
             flags = self._group_extension(flags, start)
-        body = self._alternation(flags)
+        body = yield self._alternation(flags)
         if not cur.take_if(")"):
             raise cur.error("missing ')': unterminated group", start)
         return body

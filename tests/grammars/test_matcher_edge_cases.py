@@ -216,17 +216,20 @@ def test_fill_mask_checks_width():
     assert wide[0, 1:].tolist() == [0] * 6 and wide[0, 0] != -1
 
 
-def test_deeply_nested_input_is_a_typed_error():
-    """Front ends and lowering recurse over the tree: too deep is refused, never a RecursionError."""
+def test_deeply_nested_input_compiles_or_is_a_typed_error():
+    """Deep nesting compiles (every walk over it uses an explicit stack); past a bound, or past
+    what a dependency's own recursion allows, it is a typed error, never a RecursionError."""
     vocab = _vocab([b"a"])
-    with pytest.raises(LimitExceeded) as info:
-        Compiler(vocab).compile_regex("(" * 5000 + "a" + ")" * 5000)
-    assert info.value.limit == "recursion"
+    assert Compiler(vocab).compile_regex("(" * 5000 + "a" + ")" * 5000).matcher().allows(0)
     schema: dict = {"type": "string"}
-    for _ in range(3000):
+    for _ in range(10_010):  # past the document depth ceiling
         schema = {"type": "array", "items": schema}
-    with pytest.raises(LimitExceeded):
+    with pytest.raises(LimitExceeded) as info:
         Compiler(vocab).compile_json_schema(schema)
+    assert info.value.limit == "schema_depth"
+    with pytest.raises(LimitExceeded) as info:  # Lark's loader recurses per parenthesis
+        Compiler(vocab).compile_lark("start: " + '("a" ' * 3000 + '"a"' + ")" * 3000)
+    assert info.value.limit == "recursion"
     assert Compiler(vocab).compile_regex("(a)").matcher() is not None  # the compiler stays usable
 
 

@@ -855,9 +855,10 @@ def _string_language(c: SchemaContext, keywords: dict, include: list, exclude: l
     if len(pieces) == 1:
         return pieces[0]
     try:
-        dfa = compile_regular(pieces[0])
+        limits = c.layout.limits
+        dfa = compile_regular(pieces[0], limits)
         for piece in pieces[1:]:
-            dfa = intersect(dfa, compile_regular(piece))
+            dfa = intersect(dfa, compile_regular(piece, limits), limits)
     except LimitExceeded as exc:
         raise UnsupportedSchemaError(keyword, where, f"intersection of string languages too large: {exc}") from None
     return NOTHING if dfa.is_empty_language else dfa  # a ByteDFA embedded in the IR, as the scalars module does

@@ -90,6 +90,7 @@ from grammars.frontends.json_schema.values import (
     value_text,
 )
 from grammars.ir import EMPTY, NOTHING, Expr, Grammar, Literal, Ref, alt
+from grammars.limits import Limits
 
 __all__ = [
     "SchemaReport",
@@ -150,22 +151,26 @@ class SchemaReport:
         return tuple(note for note in self.narrowed if NUMBER_SPELLINGS not in note)
 
 
-def parse_json_schema(document: dict | bool, options: JsonSchemaOptions | None = None) -> Grammar:
+def parse_json_schema(document: dict | bool, options: JsonSchemaOptions | None = None, *,
+                      limits: Limits | None = None) -> Grammar:
     """The grammar of JSON texts valid under ``document`` (a loaded schema, see ``load_schema``).
 
     Raises ``UnsupportedSchemaError`` (keyword, pointer) for constraints it cannot enforce
     exactly unless ``options.lenient``; ``GrammarError`` for malformed schemas and dangling
-    ``$ref``s. Use ``analyze_json_schema`` to also learn what ``lenient`` relaxed.
+    ``$ref``s; ``LimitExceeded`` for literals (``const``, ``enum``, keys) and string automata
+    past ``limits`` (the compiler's; the defaults when None). Use ``analyze_json_schema`` to
+    also learn what ``lenient`` relaxed.
     """
-    return analyze_json_schema(document, options).grammar
+    return analyze_json_schema(document, options, limits=limits).grammar
 
 
-def analyze_json_schema(document: dict | bool, options: JsonSchemaOptions | None = None) -> SchemaReport:
+def analyze_json_schema(document: dict | bool, options: JsonSchemaOptions | None = None, *,
+                        limits: Limits | None = None) -> SchemaReport:
     """``parse_json_schema`` plus a ``SchemaReport`` of relaxed, ignored and narrowed constraints."""
     options = options or JsonSchemaOptions()
     indexed = SchemaDocument.of(document, options.registry)
     validation.check_schema(indexed)
-    return SchemaCompiler(indexed, options).run()
+    return SchemaCompiler(indexed, options, limits).run()
 
 
 # --- the compiler -------------------------------------------------------------------------------
@@ -179,13 +184,14 @@ class SchemaCompiler:
     ``document``, ``options``, ``layout``.
     """
 
-    def __init__(self, document: SchemaDocument, options: JsonSchemaOptions):
+    def __init__(self, document: SchemaDocument, options: JsonSchemaOptions, limits: Limits | None = None):
         self.document = document
         self.options = options
         #: draft 4's ``integer`` is a number written without fraction or exponent (``1.0`` is not
         #: one), as its validators read JSON: then a number's spelling decides its type
         self.integers_by_spelling = int(document.dialect) < 6
-        self.layout = Layout(options, integers_by_spelling=self.integers_by_spelling)
+        #: the layout also carries the compiler's ``Limits`` (``layout.limits``) to the families
+        self.layout = Layout(options, integers_by_spelling=self.integers_by_spelling, limits=limits)
         self.rules: dict[str, Expr] = {}
         self._rule_of: dict[frozenset, str] = {}
         self._inline: dict[frozenset, Expr] = {}
@@ -281,7 +287,7 @@ class SchemaCompiler:
             lay = self.layout
             ref = Ref("json_value")
             self.rules["json_value"] = NOTHING
-            string = scalars.string_schema({}, "#", self.options)
+            string = scalars.string_schema({}, "#", self.options, limits=lay.limits)
             self.rules["json_value"] = alt(
                 [
                     Literal("null"),
@@ -695,7 +701,8 @@ class SchemaCompiler:
         sources = sources or {}
         site = pattern_at or sources.get("pattern", where) + "/pattern"
         return self._relaxing(
-            keywords, lambda kept: scalars.string_schema(kept, where, self.options, narrowed=self.narrowed, pattern_at=site),
+            keywords, lambda kept: scalars.string_schema(kept, where, self.options, narrowed=self.narrowed, pattern_at=site,
+                                                         limits=self.layout.limits),
             sources)
 
     def _relaxing(self, keywords: dict, build, sources: dict | None = None) -> Expr:

@@ -39,6 +39,7 @@ __all__ = [
     "Located",
     "SchemaDocument",
     "load_schema",
+    "canonical_json",
     "pointer_child",
     "escape_token",
     "short_pointer",
@@ -130,6 +131,41 @@ def load_schema(schema: Any) -> dict | bool:
     if not isinstance(document, (dict, bool)):
         raise GrammarError(f"a JSON Schema must be an object or a boolean, got {type(document).__name__}")
     return _plain_copy(document, "#")
+
+
+def canonical_json(document: Any) -> str:
+    """The text of a loaded document with sorted keys: ``json.dumps(document, sort_keys=True,
+    ensure_ascii=False)``, also for documents nested deeper than the C encoder's recursion
+    limit (about a thousand levels), which are written with an explicit stack instead. A cache
+    key: equal documents, equal texts."""
+    try:
+        return json.dumps(document, sort_keys=True, ensure_ascii=False)
+    except RecursionError:
+        pass
+    out: list[str] = []
+    stack: list[tuple[Any, bool]] = [(document, False)]  # (value, or text to write when True)
+    while stack:
+        item, text = stack.pop()
+        if text:
+            out.append(item)
+        elif isinstance(item, dict) and item:
+            out.append("{")
+            stack.append(("}", True))
+            members = sorted(item.items(), key=lambda member: member[0])
+            for i in range(len(members) - 1, -1, -1):
+                key, sub = members[i]
+                stack.append((sub, False))
+                stack.append(((", " if i else "") + json.dumps(key, ensure_ascii=False) + ": ", True))
+        elif isinstance(item, (list, tuple)) and item:
+            out.append("[")
+            stack.append(("]", True))
+            for i in range(len(item) - 1, -1, -1):
+                stack.append((item[i], False))
+                if i:
+                    stack.append((", ", True))
+        else:
+            out.append(json.dumps(item, ensure_ascii=False))
+    return "".join(out)
 
 
 def _plain_copy(value: Any, pointer: str) -> Any:

@@ -55,6 +55,7 @@ from grammars.errors import (
 from grammars.frontends.json_schema.document import count_keyword
 from grammars.frontends.regex import parse_regex
 from grammars.ir import NOTHING, Expr, alt
+from grammars.limits import Limits
 
 from . import formats as _formats
 from . import numbers as _numbers
@@ -103,7 +104,7 @@ def _length(schema: Mapping, key: str, pointer: str) -> int | None:
 
 def string_schema(
     schema: Mapping, pointer: str, options: Any = None, *, narrowed: Callable[[str], None] | None = None,
-    pattern_at: str | None = None,
+    pattern_at: str | None = None, limits: Limits | None = None,
 ) -> Expr:
     """A whole JSON string token (quotes included) satisfying the string keywords of ``schema``.
 
@@ -118,7 +119,9 @@ def string_schema(
     *narrowed*: the grammar accepts strings up to the largest length that fits (never more than
     the schema allows), and ``narrowed`` (when given) is called with a note saying so. A
     ``minLength`` that large cannot be narrowed and raises ``UnsupportedSchemaError``.
+    Automata are built under ``limits`` (the compiler's; the defaults when None).
     """
+    limits = limits or Limits()
     min_length = _length(schema, "minLength", pointer) or 0
     max_length = _length(schema, "maxLength", pointer)
     if max_length is not None and max_length < min_length:
@@ -152,8 +155,8 @@ def string_schema(
     body: ByteDFA | None = None
     try:
         for keyword, expr in bodies:
-            dfa = expr if isinstance(expr, ByteDFA) else compile_regular(expr)
-            body = dfa if body is None else intersect(body, dfa)
+            dfa = expr if isinstance(expr, ByteDFA) else compile_regular(expr, limits)
+            body = dfa if body is None else intersect(body, dfa, limits)
     except LimitExceeded as exc:
         raise UnsupportedSchemaError(keyword, pointer, str(exc)) from None
     assert body is not None
@@ -165,14 +168,14 @@ def string_schema(
         # states), so a maxLength beyond the budget can be handed to the counter as the budget
         # plus one, exactly; a product that does not fit is narrowed and reported.
         counted = None if max_length is None else min(max_length, _strings.MAX_LENGTH_STATES + 1)
-        body = _restrict_length(body, min_length, counted, pointer, note)
+        body = _restrict_length(body, min_length, counted, pointer, note, limits)
     if body.is_empty_language:
         return NOTHING
     return _strings.string_token(body)  # type: ignore[arg-type]  # a ByteDFA inside the IR
 
 
 def _restrict_length(
-    body: ByteDFA, min_length: int, max_length: int | None, pointer: str, note: Callable[[int], None]
+    body: ByteDFA, min_length: int, max_length: int | None, pointer: str, note: Callable[[int], None], limits: Limits
 ) -> ByteDFA:
     """``restrict_length``, narrowing ``max_length`` to the largest bound that fits when too big.
 
@@ -180,14 +183,14 @@ def _restrict_length(
     out of states is one past the largest bound that fits (``LengthBudgetExceeded.reached``).
     """
     try:
-        return _strings.restrict_length(body, min_length, max_length)
+        return _strings.restrict_length(body, min_length, max_length, limits)
     except _strings.LengthBudgetExceeded as exc:
         if max_length is None or exc.reached - 1 < min_length:
             keyword = "minLength" if max_length is None or min_length else "maxLength"
             raise UnsupportedSchemaError(keyword, pointer, str(exc)) from None
         fitted = min(max_length - 1, exc.reached - 1)
     try:
-        out = _strings.restrict_length(body, min_length, fitted)
+        out = _strings.restrict_length(body, min_length, fitted, limits)
     except LimitExceeded as exc:
         raise UnsupportedSchemaError("minLength" if min_length else "maxLength", pointer, str(exc)) from None
     note(fitted)

@@ -50,6 +50,7 @@ from grammars.automata.byte_dfa import (
     from_transitions,
     minimize,
 )
+from grammars.automata.frames import Frame, run_frames
 from grammars.errors import LimitExceeded, UnsupportedGrammarError
 from grammars.ir import (
     EMPTY,
@@ -251,22 +252,31 @@ def encode_value_language(expr: Expr, escapes: Escapes = "all") -> Expr:
             out = memo[cs] = encode_chars(cs, escapes)
         return out
 
-    def go(e: Expr) -> Expr:
+    def go(e: Expr) -> Frame:  # -> Expr; a frame (``run_frames``): patterns may nest deeply
         if isinstance(e, Chars):
             return char(e)
         if isinstance(e, Literal):
             return seq(char(Chars(((ord(c), ord(c)),))) for c in e.text)
         if isinstance(e, Seq):
-            return seq(go(item) for item in e.items)
+            parts: list[Expr] = []
+            for item in e.items:
+                part = yield go(item)
+                if isinstance(part, Chars) and part.is_empty:
+                    return NOTHING  # as ``seq`` would, without encoding the rest
+                parts.append(part)
+            return seq(parts)
         if isinstance(e, Alt):
-            return alt(go(item) for item in e.items)
+            options: list[Expr] = []
+            for item in e.items:
+                options.append((yield go(item)))
+            return alt(options)
         if isinstance(e, Repeat):
-            return repeat(go(e.item), e.min, e.max)
+            return repeat((yield go(e.item)), e.min, e.max)
         if isinstance(e, Ref):
             raise UnsupportedGrammarError(f"rule reference {e.name!r} in a string value language")
         raise TypeError(f"cannot encode {type(e).__name__} as a JSON string body")
 
-    return go(expr)
+    return run_frames(go(expr))
 
 
 def string_token(body: Expr) -> Expr:

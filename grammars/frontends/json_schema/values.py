@@ -11,7 +11,7 @@ object members in any order (up to ``MAX_PERMUTED_MEMBERS`` members; larger obje
 keep their written order), with the layout's whitespace inside containers. Many values are built as few automata (the
 strings as one, many integers as another: ``strings.json_string_values``,
 ``numbers.integer_texts``), so an enum costs time linear in its size; literals whose automata
-would exceed the default ``Limits`` are refused before they are built (``literal_states``).
+would exceed the compiler's ``Limits`` are refused before they are built (``literal_states``).
 """
 
 from __future__ import annotations
@@ -38,9 +38,11 @@ MAX_PERMUTED_MEMBERS = 4
 class Layout:
     """Whitespace and punctuation of JSON text under one ``JsonSchemaOptions``."""
 
-    def __init__(self, options: JsonSchemaOptions, integers_by_spelling: bool = False):
+    def __init__(self, options: JsonSchemaOptions, integers_by_spelling: bool = False, limits: Limits | None = None):
         #: a number literal is spelled only as its Python type reads (see ``literal_value``)
         self.integers_by_spelling = integers_by_spelling
+        #: the compiler's bounds, which literals (``const``, ``enum``, keys) are checked against
+        self.limits = limits or Limits()
         flexible = options.whitespace == "flexible" and options.max_whitespace > 0
         self.ws: Expr = repeat(WS_CHARS, 0, options.max_whitespace) if flexible else EMPTY
         self.comma: Expr = seq([self.ws, Literal(","), self.ws])
@@ -56,7 +58,7 @@ class Layout:
         """
         out = self._strings.get(values)
         if out is None:
-            out = self._strings[values] = scalars.json_string_values(values)
+            out = self._strings[values] = scalars.json_string_values(values, self.limits)
         return out
 
     def document(self, value: Expr) -> Expr:
@@ -221,7 +223,7 @@ def literal_values(values: Iterable[Any], layout: Layout) -> Expr:
     values = dedupe(values, value_text if layout.integers_by_spelling else canonical)
     strings = tuple(v for v in values if isinstance(v, str))
     rest = [v for v in values if not isinstance(v, str)]
-    _check_size([v for v in rest if not _bulk_integer(v)])
+    _check_size([v for v in rest if not _bulk_integer(v)], layout.limits)
     parts: list[Expr] = []
     if len(strings) >= 2:
         parts.append(layout.strings(strings))
@@ -240,13 +242,12 @@ STATES_PER_NUMBER = 10
 STATES_PER_CHARACTER = 5
 
 
-def _check_size(values: list) -> None:
-    """Refuse, before any automaton is built, literals whose automata would exceed the default
-    ``Limits``: a value's texts need about ``literal_states`` DFA states (its compact text is a
+def _check_size(values: list, limits: Limits) -> None:
+    """Refuse, before any automaton is built, literals whose automata would exceed ``limits``
+    (the compiler's): a value's texts need about ``literal_states`` DFA states (its compact text is a
     path of distinct states, and every number and string character brings its other
     spellings), and the alternatives together about as many NFA states. ``LimitExceeded``
     names the limit; the compiler adds the keyword and pointer."""
-    limits = Limits()
     total = 0
     for value in values:
         size = literal_states(value)
@@ -314,14 +315,15 @@ def _integer_literals(values: list, layout: Layout) -> list[Expr]:
 
     ints = [int(v) for v in values if isinstance(v, int)]
     floats = [int(v) for v in values if isinstance(v, float)]
+    states = layout.limits.max_dfa_states
     if not layout.integers_by_spelling:
-        texts = integer_texts(ints + floats)
+        texts = integer_texts(ints + floats, states)
         return [texts, integral_spellings(texts)]
     parts: list[Expr] = []
     if ints:
-        parts.append(integer_texts(ints))
+        parts.append(integer_texts(ints, states))
     if floats:
-        parts.append(integral_spellings(integer_texts(floats)))
+        parts.append(integral_spellings(integer_texts(floats, states)))
     return parts
 
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
-import threading
 import time
 
 import jsonschema
@@ -168,47 +166,24 @@ def test_a_thousand_levels_compile_in_the_front_end(build):
     assert report.grammar.rules
 
 
-def _with_deep_stack(fn):
-    """Run ``fn`` with a large stack and recursion limit. The front end needs neither (see
-    ``test_a_thousand_levels_compile_in_the_front_end``), nor do matching and masks; but the
-    lowering after it (``grammars.automata.cfg``: ``_rule``/``_symbols`` recurse once per rule
-    nesting level) and ``Compiler.compile_json_schema``'s cache key (``json.dumps`` of the
-    document, recursion-limited in C) still do, so the end-to-end check runs here."""
-    out: dict = {}
-
-    def target():
-        old = sys.getrecursionlimit()
-        sys.setrecursionlimit(100_000)
-        try:
-            out["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            out["error"] = exc
-        finally:
-            sys.setrecursionlimit(old)
-
-    size = threading.stack_size(512 << 20)
-    try:
-        thread = threading.Thread(target=target)
-        thread.start()
-        thread.join()
-    finally:
-        threading.stack_size(size)
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
+def object_text(depth: int, leaf: str) -> str:
+    """``json.dumps(object_document(depth, ...), separators=(",", ":"))``, at any depth."""
+    return '{"a":' * depth + leaf + "}" * depth
 
 
-@pytest.mark.parametrize("build, document", [(nested_objects, object_document), (defs_chain, object_document),
-                                             (nested_arrays, array_document)])
-def test_a_thousand_levels_match_the_oracle_end_to_end(checker, build, document):
+def array_text(depth: int, leaf: str) -> str:
+    return "[" * depth + leaf + "]" * depth
+
+
+@pytest.mark.parametrize("build, text", [(nested_objects, object_text), (defs_chain, object_text),
+                                         (nested_arrays, array_text)])
+def test_a_thousand_levels_match_the_oracle_end_to_end(checker, build, text):
+    """On Python's ordinary stack: the lowering, the compile cache key and matching walk with
+    explicit stacks too (``tests/grammars/test_deep_nesting.py``)."""
     depth = 1_000
     schema = build(depth, {"type": "integer"})
-
-    def run() -> list[bool]:
-        texts = [json.dumps(document(n, leaf), separators=(",", ":")) for n, leaf in ((depth, 7), (depth, "x"), (depth - 1, 7))]
-        return [checker.accepts(schema, t) for t in texts]
-
-    assert _with_deep_stack(run) == [True, False, False]
+    texts = [text(n, leaf) for n, leaf in ((depth, "7"), (depth, '"x"'), (depth - 1, "7"))]
+    assert [checker.accepts(schema, t) for t in texts] == [True, False, False]
 
 
 def test_values_deferred_past_the_inline_depth_keep_their_language(checker):
