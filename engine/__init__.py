@@ -14,6 +14,9 @@
 * ``LanguageModel`` — the two-member seam decoders need (``logits_width``, ``next_logits``);
   ``HFCausalLM`` adapts any transformers causal LM (KV cache reuse, crop on rollback);
   ``ScriptedLM`` is the mock for tests.
+* ``MaskedDiffusionLM`` — the seam diffusion decoders need (``canvas_logits``: logits for every
+  position of partly masked canvases); ``HFMaskedDiffusionLM`` adapts BERT-style masked LMs and
+  LLaDA/Dream checkpoints; ``ScriptedDiffusionLM`` is its mock.
 * ``decode`` — the autoregressive loop (mask, apply, sample, advance; EOS only when accepting;
   forced-token fast-forward; budget-aware closing via ``ClosingPlanner``; stop strings).
 * ``CorralLogitsProcessor`` — a transformers ``LogitsProcessor`` shim for ``model.generate``;
@@ -26,6 +29,7 @@ Imports ``samplers`` and ``grammars``; never ``jsonschemabench``.
 
 from engine.closing import ClosingPlanner, Completion
 from engine.decoding import DecodeOptions, SequenceOutput, decode
+from engine.diffusion_lm import HFMaskedDiffusionLM, MaskedDiffusionLM, ScriptedDiffusionLM
 from engine.generate import (
     GenerationOptions,
     GenerationResult,
@@ -50,6 +54,9 @@ __all__ = [
     "LanguageModel",
     "HFCausalLM",
     "ScriptedLM",
+    "MaskedDiffusionLM",
+    "HFMaskedDiffusionLM",
+    "ScriptedDiffusionLM",
     "decode",
     "DecodeOptions",
     "SequenceOutput",

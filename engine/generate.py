@@ -46,7 +46,10 @@ from grammars import (
     Grammar,
     TokenVocabulary,
     UnconstrainedMatcher,
+    builtin_grammar,
+    shared_compiler,
 )
+from grammars.builtin import BUILTIN_GRAMMARS
 from samplers import MaskedSampler, SamplingParams, TokenSampler
 
 __all__ = [
@@ -141,7 +144,8 @@ class GenerationOptions:
 
     Constraint (at most one; none means unconstrained): ``schema`` — a JSON Schema (dict, JSON
     text, bool) or a Pydantic model class; ``regex`` — full-match regular expression; ``grammar``
-    — GBNF text, a ``grammars.Grammar`` IR or an already ``CompiledGrammar``. ``whitespace``: the
+    — GBNF text, a built-in grammar's name (``"cpp"``, ``"json"``: ``grammars.builtin_grammar``),
+    a ``grammars.Grammar`` IR or an already ``CompiledGrammar``. ``whitespace``: the
     JSON front end's whitespace policy (``"compact"`` or ``"flexible"``), schema only.
 
     Model side: ``tokenizer`` — a transformers tokenizer, a ``TokenVocabulary`` or a path
@@ -154,6 +158,13 @@ class GenerationOptions:
     instance; ``temperature``/``top_p``/``top_k`` configure named samplers (``temperature=0``:
     greedy); ``seed`` — an int seeds a ``torch.Generator`` per row (row ``i`` gets ``seed + i``),
     or one int per prompt: same seed, same output.
+
+    Masked-diffusion models (an ``engine.MaskedDiffusionLM`` as ``model``): ``canvas_length``
+    masked positions filled in ``steps`` model calls, in blocks of ``block_length`` (default: one
+    block), ``unmasking`` ``"confidence"`` (LLaDA's k per step), ``"threshold"``, ``"entropy"`` or
+    a policy object, and ``diffusion_mode`` ``"auto"`` (DINGO for regular constraints, grammar
+    infilling otherwise), ``"dingo"``, ``"infill"``, ``"greedy"`` or ``"none"``
+    (``engine.diffusion`` describes each); ``max_tokens``, ``stop`` and the sampler do not apply.
 
     The loop: ``max_tokens`` bounds generated tokens, EOS included; ``stop`` — stop strings (not
     with ``schema``, whose grammar decides the end); ``fast_forward`` — append forced tokens
@@ -186,6 +197,11 @@ class GenerationOptions:
     budget_closing: bool = True
     ignore_eos: bool = False
     progress: bool = False
+    canvas_length: int = 128
+    steps: int = 64
+    block_length: int | None = None
+    unmasking: Any = "confidence"
+    diffusion_mode: str = "auto"
 
     def __post_init__(self) -> None:
         given = [name for name in ("schema", "regex", "grammar") if getattr(self, name) is not None]
@@ -321,11 +337,13 @@ def generate_batch(
     if not prompts:
         return []
     seeds = _seeds(opts.seed, len(prompts))
+    if _is_diffusion_model(model):
+        return _generate_diffusion(prompts, model, opts, seeds)
     resolved = resolve_sampler(opts.sampler, opts.sampling_params)
 
     lm, tok_source = load_model(model, opts.tokenizer, device=opts.device, dtype=opts.dtype)
     vocab = load_vocabulary(tok_source, lm, opts.compiler)
-    compiler = opts.compiler if opts.compiler is not None and opts.compiler.vocab == vocab else Compiler(vocab)
+    compiler = opts.compiler if opts.compiler is not None and opts.compiler.vocab == vocab else shared_compiler(vocab)
     compiled, compile_s = _compile_timed(compiler, vocab, opts)
 
     prompt_ids = [_encode_prompt(p, vocab, opts.chat_template) for p in prompts]
@@ -419,6 +437,38 @@ def resolve_sampler(sampler: Any, params: SamplingParams | None = None) -> Any:
         f"sampler must be a name or an object with start(key) (TokenSampler) or run(logits_fn, matcher, ...) "
         f"(SequenceSampler); got {type(sampler).__name__}"
     )
+
+
+def _is_diffusion_model(model: Any) -> bool:
+    from engine.diffusion_lm import MaskedDiffusionLM
+
+    return isinstance(model, MaskedDiffusionLM) and not _is_transformers_model(model)
+
+
+def _generate_diffusion(prompts: list, lm: Any, opts: GenerationOptions, seeds: list[int | None]) -> list[GenerationResult]:
+    """``generate_batch`` for a masked-diffusion model: one canvas per prompt (``engine.diffusion``)."""
+    from engine.diffusion import diffusion_decode
+
+    tokenizer = opts.tokenizer if opts.tokenizer is not None else getattr(lm, "tokenizer", None)
+    if tokenizer is None:
+        raise TypeError("pass tokenizer= (a TokenVocabulary, tokenizer or path) for this diffusion model")
+    vocab = load_vocabulary(tokenizer, lm, opts.compiler)
+    compiler = opts.compiler if opts.compiler is not None and opts.compiler.vocab == vocab else shared_compiler(vocab)
+    t0 = time.perf_counter()
+    compiled = _compile_constraint(compiler, vocab, opts)
+    compile_s = time.perf_counter() - t0 if compiled is not None else 0.0
+    results = []
+    for prompt, seed in zip(prompts, seeds):
+        prompt_ids = _encode_prompt(prompt, vocab, opts.chat_template) or [min(vocab.eos_token_ids)]
+        generator = torch.Generator().manual_seed(int(seed)) if seed is not None else None
+        start = time.perf_counter()
+        out = diffusion_decode(lm, vocab, prompt_ids, compiled, canvas_length=opts.canvas_length, steps=opts.steps,
+                               block_length=opts.block_length, unmasking=opts.unmasking, mode=opts.diffusion_mode,
+                               temperature=opts.temperature, generator=generator)
+        result = _result(out.text, out.token_ids, "stop", opts.schema, prompt_ids, compile_s)
+        result.first_token_s = time.perf_counter() - start
+        results.append(result)
+    return results
 
 
 def load_model(
@@ -554,6 +604,8 @@ def _compile_constraint(compiler: Compiler, vocab: TokenVocabulary, opts: Genera
         return grammar
     if isinstance(grammar, Grammar):
         return compiler.compile_grammar(grammar)
+    if isinstance(grammar, str) and grammar in BUILTIN_GRAMMARS:
+        return compiler.compile_lark(builtin_grammar(grammar))
     return None if grammar is None else compiler.compile_gbnf(grammar)
 
 

@@ -33,7 +33,7 @@ from typing import Any, Literal, Sequence
 
 import torch
 
-from grammars import Compiler, CompiledGrammar
+from grammars import Compiler, CompiledGrammar, shared_compiler
 from grammars.bitmask import allocate_token_bitmask
 from grammars.automata.holes import HoleChart, texts_as_bytes
 from grammars.errors import GrammarError
@@ -132,10 +132,10 @@ def infill(
     started = time.perf_counter()
     lm, tok_source = load_model(model, tokenizer)
     vocab = load_vocabulary(tok_source, lm, compiler)
-    compiler = compiler if compiler is not None and compiler.vocab == vocab else Compiler(vocab)
+    compiler = compiler if compiler is not None and compiler.vocab == vocab else shared_compiler(vocab)
     compiled = None
     if constrained:
-        compiled = _builtin(compiler, grammar) or _compile_constraint(
+        compiled = _compile_constraint(
             compiler, vocab, GenerationOptions(schema=schema, regex=regex, grammar=grammar, budget_closing=False))
         if compiled is None:
             raise ValueError("infill needs a constraint (grammar=, schema= or regex=) unless constrained=False")
@@ -150,22 +150,6 @@ def infill(
     if compiled is not None and not compiled.completable([result.text]):  # fail closed
         raise AssertionError("infill produced text outside the language; please report this with the inputs")
     return result
-
-
-def _builtin(compiler: Compiler, grammar: Any) -> CompiledGrammar | None:
-    if isinstance(grammar, str) and grammar in _builtin_names():
-        from grammars import builtin_grammar
-
-        return compiler.compile_lark(builtin_grammar(grammar))
-    return None
-
-
-def _builtin_names() -> tuple[str, ...]:
-    try:
-        from grammars.builtin import BUILTIN_GRAMMARS
-    except ImportError:  # pragma: no cover - the package ships it
-        return ()
-    return tuple(BUILTIN_GRAMMARS)
 
 
 def _fim_tokens(fim: FIMTokens | bool | None, tok_source: Any) -> FIMTokens | None:

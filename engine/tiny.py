@@ -260,6 +260,7 @@ def train(
     sampled_negatives: int | None = 2048,
     log_every: int = 50,
     log=print,
+    loss_fn: Callable[..., tuple[torch.Tensor, int]] | None = None,
 ) -> TrainStats:
     """Train on the completion tokens until ``minutes`` pass (or ``max_steps``).
 
@@ -273,6 +274,12 @@ def train(
     ``log(rest / sampled_negatives)``. The rest of the vocabulary is still pushed down, so the
     full softmax used at inference stays calibrated. ``sampled_negatives=None`` trains with the
     exact full softmax.
+
+    ``loss_fn`` replaces the causal next-token loss for other objectives (``engine.tiny_diffusion``
+    trains masked diffusion with it): it is called per batch as ``loss_fn(model, rows,
+    candidates=..., pad_token_id=..., bf16=...)``, ``rows`` the batch's ``(ids, prompt_len)``
+    pairs and ``candidates`` the sampled-softmax columns (``None`` for a full softmax), and
+    returns the loss to minimise and the number of supervised tokens.
     """
     if not encoded:
         raise ValueError("no training examples fit the context; raise max_len or the character limits")
@@ -281,10 +288,9 @@ def train(
     if bf16 is None:
         bf16 = _cpu_bf16_fast()
     device = next(model.parameters()).device
-    body = model.base_model
-    head = model.get_output_embeddings()
-    width = head.weight.shape[0]
+    width = model.get_output_embeddings().weight.shape[0]
     candidates = _SampledSoftmax.build(encoded, width, sampled_negatives, device)
+    loss_fn = loss_fn or _causal_loss
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     stats = TrainStats()
     budget = minutes * 60.0
@@ -300,36 +306,14 @@ def train(
         for group in optimizer.param_groups:
             group["lr"] = lr * max(scale, 0.02)
         rows = [encoded[i] for i in batch]
-        longest = max(len(ids) for ids, _ in rows)
-        ids = torch.full((len(rows), longest), pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), longest), dtype=torch.long)
-        supervised = torch.zeros((len(rows), longest), dtype=torch.bool)
-        for r, (tokens, prompt_len) in enumerate(rows):
-            ids[r, : len(tokens)] = torch.tensor(tokens)
-            attention[r, : len(tokens)] = 1
-            supervised[r, prompt_len : len(tokens)] = True  # predict completion tokens and EOS
-        ids, attention, supervised = ids.to(device), attention.to(device), supervised.to(device)
-        hidden = body(input_ids=ids, attention_mask=attention).last_hidden_state
-        positions = supervised[:, 1:]
-        states = hidden[:, :-1][positions]
-        targets = ids[:, 1:][positions]
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
-            if candidates is None:
-                logits = head(states)
-            else:
-                columns, correction = candidates.sample()
-                logits = states @ head.weight[columns].T
-                if correction is not None:
-                    logits = logits + correction
-                targets = candidates.index[targets]
-        loss = F.cross_entropy(logits.float(), targets)
+        loss, supervised_tokens = loss_fn(model, rows, candidates=candidates, pad_token_id=pad_token_id, bf16=bf16)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         stats.steps += 1
         stats.examples += len(rows)
-        stats.supervised_tokens += int(targets.numel())
+        stats.supervised_tokens += int(supervised_tokens)
         stats.losses.append(float(loss.detach()))
         if log is not None and log_every and stats.steps % log_every == 0:
             recent = stats.losses[-log_every:]
@@ -338,6 +322,46 @@ def train(
     stats.seconds = time.perf_counter() - start
     model.eval()
     return stats
+
+
+def _causal_loss(model, rows, *, candidates, pad_token_id: int, bf16: bool) -> tuple[torch.Tensor, int]:
+    """Next-token cross-entropy on the completion tokens and EOS of ``rows`` (``train``'s default loss)."""
+    device = next(model.parameters()).device
+    body = model.base_model
+    head = model.get_output_embeddings()
+    longest = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), longest), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), longest), dtype=torch.long)
+    supervised = torch.zeros((len(rows), longest), dtype=torch.bool)
+    for r, (tokens, prompt_len) in enumerate(rows):
+        ids[r, : len(tokens)] = torch.tensor(tokens)
+        attention[r, : len(tokens)] = 1
+        supervised[r, prompt_len : len(tokens)] = True  # predict completion tokens and EOS
+    ids, attention, supervised = ids.to(device), attention.to(device), supervised.to(device)
+    hidden = body(input_ids=ids, attention_mask=attention).last_hidden_state
+    positions = supervised[:, 1:]
+    states = hidden[:, :-1][positions]
+    targets = ids[:, 1:][positions]
+    logits, targets = _head_logits(head, states, targets, candidates, bf16)
+    return F.cross_entropy(logits.float(), targets), int(targets.numel())
+
+
+def _head_logits(head, states, targets, candidates, bf16: bool):
+    """Logits of ``head`` (a ``Linear``, bias allowed) for ``states``, over the sampled-softmax columns of
+    ``candidates`` when given (``targets`` then renumbered to those columns); bfloat16 autocast if ``bf16``."""
+    bias = getattr(head, "bias", None)
+    with torch.autocast(device_type=states.device.type, dtype=torch.bfloat16, enabled=bf16):
+        if candidates is None:
+            logits = head(states)
+        else:
+            columns, correction = candidates.sample()
+            logits = states @ head.weight[columns].T
+            if bias is not None:
+                logits = logits + bias[columns]
+            if correction is not None:
+                logits = logits + correction
+            targets = candidates.index[targets]
+    return logits, targets
 
 
 @dataclass

@@ -14,6 +14,7 @@ Pure Python + numpy (+ numba for the trie walks); no torch in this package.
 """
 
 from grammars.bitmask import allocate_token_bitmask
+from grammars.builtin import builtin_grammar
 from grammars.compile import (
     CompiledGrammar,
     Compiler,
@@ -22,6 +23,7 @@ from grammars.compile import (
     compile_json_schema,
     compile_lark,
     compile_regex,
+    shared_compiler,
 )
 from grammars.errors import (
     ConstraintError,
@@ -54,6 +56,7 @@ __all__ = [
     "compile_json_schema",
     "Compiler",
     "CompiledGrammar",
+    "shared_compiler",
     "TokenMatcher",
     "Matcher",
     "DFAMatcher",
@@ -65,6 +68,7 @@ __all__ = [
     "parse_regex",
     "parse_gbnf",
     "parse_lark",
+    "builtin_grammar",
     "ConstraintError",
     "GrammarError",
     "GrammarSyntaxError",

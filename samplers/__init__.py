@@ -6,13 +6,16 @@ matcher, generator)`` per step; see ``samplers.base`` for the contract. ``Masked
 with importance weights) are ``TokenSampler``s; ``SMC`` is a sequence-level sampler a decoder
 calls through ``SMC.run(batch_logits_fn, matcher, max_tokens=...)``. The algorithms themselves are
 pure functions in ``samplers.asap``, ``samplers.awrs`` and ``samplers.smc``; exact enumeration
-over small grammars (the tests' ground truth) is in ``samplers.enumerate``.
+over small grammars (the tests' ground truth) is in ``samplers.enumerate``. For diffusion LMs under a
+regular constraint, ``dingo_map``/``dingo_sample`` (``samplers.dingo``) give the best or an exactly
+sampled block over a ``grammars.TokenDFA``, raising ``NoValidBlock`` when none is valid.
 """
 
 from samplers.asap import ASAp
 from samplers.awrs import AWRS
 from samplers._numeric import sample_categorical
 from samplers.base import Draw, NoAllowedToken, SamplingParams, SamplingRun, TokenSampler
+from samplers.dingo import NoValidBlock, dingo_map, dingo_sample
 from samplers.kernels import apply_token_bitmask_inplace
 from samplers.masked import MaskedSampler
 from samplers.smc import SMC, SMCResult
@@ -30,4 +33,7 @@ __all__ = [
     "AWRS",
     "SMC",
     "SMCResult",
+    "dingo_map",
+    "dingo_sample",
+    "NoValidBlock",
 ]

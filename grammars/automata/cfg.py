@@ -86,12 +86,13 @@ class TerminalCFG:
     @property
     def is_single_terminal(self) -> bool:
         """True when the language is one terminal (optionally plus ""): a regular constraint."""
-        prods = [p for p in self.productions if p.lhs == self.start]
+        # every production a unit production over the one terminal: chains such as S -> A,
+        # A -> T (what a nullable regular start lowers to) derive exactly T's language, as every
+        # symbol is productive and reachable
         return (
             len(self.terminals) == 1
-            and len(prods) == 1
-            and prods[0].rhs == (~0,)
-            and all(p.lhs == self.start for p in self.productions)
+            and self.start >= 0
+            and all(len(p.rhs) == 1 for p in self.productions)
         )
 
 

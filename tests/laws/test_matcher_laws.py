@@ -237,6 +237,23 @@ def test_terminated_after_eos(byte_vocab):
     assert matcher.is_accepting()
 
 
+@pytest.mark.parametrize("pattern", ["a*", "a?", "(ab)*", "(ab|c)*d?"])
+def test_nullable_regexes_are_regular_and_their_dfa_accepts_the_empty_text(byte_vocab, pattern):
+    """A nullable regex lowers to a chain of unit productions over one terminal (S -> A, A -> T):
+    still one regular language, with a token DFA that accepts at its start."""
+    import re
+
+    compiled = Compiler(byte_vocab).compile_regex(pattern)
+    assert compiled.is_regular
+    dfa = compiled.as_dfa()
+    assert dfa.is_accepting(dfa.start)
+    for text in ["", "a", "ab", "abab", "c", "d", "abcd", "b"]:
+        state = dfa.start
+        for token in byte_vocab.encode(text):
+            state = dfa.next_state(state, token) if state >= 0 else -1
+        assert (state >= 0 and dfa.is_accepting(state)) == bool(re.fullmatch(pattern, text)), (pattern, text)
+
+
 def test_regular_constraint_exposes_token_dfa(byte_vocab):
     compiled = Compiler(byte_vocab).compile_regex(r"a(bc)*")
     assert compiled.is_regular

@@ -1,0 +1,383 @@
+"""Constrained decoding for masked-diffusion LMs: a canvas of masked positions, filled in steps.
+
+The canvas is ``prompt + [MASK] * canvas_length``; it is decoded in semi-autoregressive blocks
+(``block_length``), each in a share of ``steps`` model calls. Every step the model scores every
+position, an *unmasking policy* picks which masked positions of the current block to commit
+(``FixedCount``: LLaDA's low-confidence remasking, k per step; ``ConfidenceThreshold``: every
+position whose top token is likely enough; ``EntropyBounded``: lowest-entropy positions while
+their entropies sum below a bound — each at least one position per step), and the constraint
+decides *what* they get, jointly, never one position at a time:
+
+* ``"dingo"`` (regular constraints: regexes, JSON Schemas whose language is regular): the block's
+  most probable valid assignment (``samplers.dingo_map``) over the token DFA, the positions not
+  chosen this step staying masked ("any token"), ending where acceptance is reachable within the
+  canvas positions after the block; the chosen positions take its tokens. Temperature > 0 samples
+  (``samplers.dingo_sample``).
+* ``"infill"`` (any grammar): the chosen positions' proposals are committed together when the
+  canvas — committed runs as fixed texts, masked runs as holes of at least as many bytes as
+  they have positions (a position before a committed token cannot be EOS padding) — is still
+  completable (``CompiledGrammar.completable``); else one at a time in order of confidence, a
+  refused token removed from its position and the position redrawn (``max_resamples``). Holes
+  left when the steps run out are closed with the shortest witness fill (``complete``), and the
+  result says how many bytes it wrote.
+* ``"greedy"``: the baseline the papers compare with — a position is masked by the prefix
+  automaton only when everything to its left is committed, otherwise it is unconstrained.
+* ``"none"``: unconstrained.
+
+Tokens after an EOS are EOS (the canvas tail is padding); the text is everything before the
+first EOS.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, Sequence
+
+import numpy as np
+import torch
+
+from grammars import CompiledGrammar
+from grammars.bitmask import allocate_token_bitmask
+from grammars.vocab.vocabulary import TokenVocabulary
+from samplers.kernels import apply_token_bitmask_inplace
+
+__all__ = [
+    "DiffusionResult",
+    "UnmaskingPolicy",
+    "FixedCount",
+    "ConfidenceThreshold",
+    "EntropyBounded",
+    "diffusion_decode",
+    "canvas_parts",
+]
+
+ConstraintMode = Literal["auto", "dingo", "infill", "greedy", "none"]
+
+
+class UnmaskingPolicy(Protocol):
+    """Which of a block's masked positions to commit this step (at least one)."""
+
+    def choose(self, confidence: np.ndarray, entropy: np.ndarray, steps_left: int) -> np.ndarray:
+        """Indices into ``confidence``/``entropy`` (one entry per masked position of the block)."""
+        ...
+
+
+@dataclass(frozen=True)
+class FixedCount:
+    """LLaDA's low-confidence remasking: the ``ceil(masked / steps_left)`` most confident positions."""
+
+    def choose(self, confidence: np.ndarray, entropy: np.ndarray, steps_left: int) -> np.ndarray:
+        k = max(1, math.ceil(len(confidence) / max(1, steps_left)))
+        return np.argsort(-confidence, kind="stable")[:k]
+
+
+@dataclass(frozen=True)
+class ConfidenceThreshold:
+    """Every position whose top probability reaches ``threshold`` (at least the most confident one,
+    and at least as many as ``FixedCount`` so the block finishes within its steps)."""
+
+    threshold: float = 0.9
+
+    def choose(self, confidence: np.ndarray, entropy: np.ndarray, steps_left: int) -> np.ndarray:
+        order = np.argsort(-confidence, kind="stable")
+        k = max(int((confidence >= self.threshold).sum()), math.ceil(len(confidence) / max(1, steps_left)), 1)
+        return order[:k]
+
+
+@dataclass(frozen=True)
+class EntropyBounded:
+    """Lowest-entropy positions first while their entropies sum to at most ``bound`` nats (EB-sampler)."""
+
+    bound: float = 1.0
+
+    def choose(self, confidence: np.ndarray, entropy: np.ndarray, steps_left: int) -> np.ndarray:
+        order = np.argsort(entropy, kind="stable")
+        total = np.cumsum(entropy[order])
+        k = max(int((total <= self.bound).sum()), math.ceil(len(entropy) / max(1, steps_left)), 1)
+        return order[:k]
+
+
+POLICIES = {"confidence": FixedCount, "threshold": ConfidenceThreshold, "entropy": EntropyBounded}
+
+
+def resolve_policy(unmasking: Any) -> UnmaskingPolicy:
+    if isinstance(unmasking, str):
+        if unmasking not in POLICIES:
+            raise ValueError(f"unmasking must be one of {sorted(POLICIES)} or a policy object, got {unmasking!r}")
+        return POLICIES[unmasking]()
+    if not callable(getattr(unmasking, "choose", None)):
+        raise TypeError(f"unmasking must name a policy or have choose(confidence, entropy, steps_left); "
+                        f"got {type(unmasking).__name__}")
+    return unmasking
+
+
+@dataclass
+class DiffusionResult:
+    """A decoded canvas: the text, its tokens, and what the decoding cost."""
+
+    text: bytes
+    token_ids: list[int]
+    model_calls: int = 0
+    committed_per_step: list[int] = field(default_factory=list)
+    constraint_seconds: float = 0.0
+    checks: int = 0
+    refused: int = 0
+    witness_bytes: int = 0  # bytes a witness fill wrote to close holes the steps left open
+
+    @property
+    def tokens_per_step(self) -> float:
+        return sum(self.committed_per_step) / max(1, len(self.committed_per_step))
+
+
+def canvas_parts(tokens: Sequence[int], mask_id: int, eos: frozenset[int], vocab: TokenVocabulary
+                 ) -> tuple[list[bytes], list[tuple[int, int | None]]]:
+    """The canvas as fixed texts and holes: committed runs are texts, masked runs holes of at least
+    as many bytes as positions when a committed token follows (EOS padding only at the end), of
+    any length otherwise; everything from the first committed EOS on is the end."""
+    parts: list[bytes] = [b""]
+    holes: list[tuple[int, int | None]] = []
+    run = 0
+    for token in tokens:
+        if token in eos:
+            break
+        if token == mask_id:
+            run += 1
+            continue
+        if run:
+            holes.append((run, None))
+            parts.append(b"")
+            run = 0
+        parts[-1] += vocab.token_bytes[token]
+    if run:  # masked positions before the end may all turn out to be padding
+        holes.append((0, None))
+        parts.append(b"")
+    return parts, holes
+
+
+def diffusion_decode(
+    lm, vocab: TokenVocabulary, prompt_ids: list[int], compiled: CompiledGrammar | None, *,
+    canvas_length: int = 128, steps: int = 64, block_length: int | None = None, unmasking: Any = "confidence",
+    mode: ConstraintMode = "auto", temperature: float = 0.0, max_resamples: int = 20,
+    generator: torch.Generator | None = None,
+) -> DiffusionResult:
+    """Decode one canvas (see the module docstring)."""
+    for name, value in (("canvas_length", canvas_length), ("steps", steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    block = canvas_length if block_length is None else block_length
+    if isinstance(block, bool) or not isinstance(block, int) or not 1 <= block <= canvas_length:
+        raise ValueError(f"block_length must be an int in 1..canvas_length, got {block_length!r}")
+    if mode == "auto":
+        mode = "none" if compiled is None else ("dingo" if compiled.is_regular else "infill")
+    if mode not in ("dingo", "infill", "greedy", "none"):
+        raise ValueError(f"mode must be auto, dingo, infill, greedy or none; got {mode!r}")
+    if mode != "none" and compiled is None:
+        raise ValueError(f"mode={mode!r} needs a constraint")
+    if mode == "dingo" and not compiled.is_regular:
+        raise ValueError("mode='dingo' needs a regular constraint; use 'infill' for context-free grammars")
+    run = _Canvas(lm, vocab, prompt_ids, compiled, canvas_length, resolve_policy(unmasking), mode, temperature,
+                  max_resamples, generator)
+    n_blocks = math.ceil(canvas_length / block)
+    per_block = max(1, steps // n_blocks)
+    for b in range(n_blocks):
+        start, end = b * block, min(canvas_length, (b + 1) * block)
+        for step in range(per_block):
+            if not run.masked(start, end):
+                break
+            run.step(start, end, per_block - step)
+        while run.masked(start, end):  # out of steps: the rest of the block in one more step each
+            if not run.step(start, end, 1):
+                break
+    return run.finish()
+
+
+class _Canvas:
+    def __init__(self, lm, vocab, prompt_ids, compiled, length, policy, mode, temperature, max_resamples, generator):
+        self.lm, self.vocab, self.compiled = lm, vocab, compiled
+        self.prompt = list(prompt_ids)
+        self.mask = int(lm.mask_token_id)
+        self.eos = frozenset(vocab.eos_token_ids)
+        self.eos_id = min(vocab.eos_token_ids)
+        self.tokens = [self.mask] * length
+        self.policy, self.mode, self.temperature = policy, mode, temperature
+        self.max_resamples, self.generator = max_resamples, generator
+        self.result = DiffusionResult(b"", [])
+        self.width = vocab.logits_width
+        self.dfa = compiled.as_dfa() if mode == "dingo" else None
+        # a token without bytes other than EOS would leave a position empty: holes assume each
+        # position before a committed token holds at least one byte, so constrained modes drop them
+        self.no_bytes = [i for i, b in enumerate(vocab.token_bytes) if not b and i not in self.eos]
+
+    def masked(self, start: int, end: int) -> list[int]:
+        return [i for i in range(start, end) if self.tokens[i] == self.mask]
+
+    # --- one step --------------------------------------------------------------------------
+
+    def step(self, start: int, end: int, steps_left: int) -> bool:
+        """One model call and the commits it leads to; False when nothing could be committed."""
+        logits = self.lm.canvas_logits([self.prompt + self.tokens])[0, len(self.prompt):].float()
+        self.result.model_calls += 1
+        logits = logits[:, : self.width]
+        if self.vocab.size < self.width:
+            logits[:, self.vocab.size:] = float("-inf")
+        if self.mask < self.width:
+            logits[:, self.mask] = float("-inf")
+        if self.mode != "none" and self.no_bytes:
+            logits[:, self.no_bytes] = float("-inf")
+        masked = self.masked(start, end)
+        logp = torch.log_softmax(logits, dim=-1)
+        probs = logp.exp()
+        top = probs[masked].max(dim=-1).values.numpy()
+        entropy = -(probs[masked] * torch.nan_to_num(logp[masked], neginf=0.0)).sum(dim=-1).numpy()
+        chosen = [masked[i] for i in self.policy.choose(top, entropy, steps_left)]
+        t0 = time.perf_counter()
+        if self.mode == "dingo":
+            committed = self._dingo(logp, start, end, chosen)
+        elif self.mode == "infill":
+            committed = self._infill(logp, chosen)
+        elif self.mode == "greedy":
+            committed = self._greedy(logp, chosen)
+        else:
+            committed = self._commit({i: self._draw(logp[i]) for i in chosen})
+        if self.mode != "none":
+            self.result.constraint_seconds += time.perf_counter() - t0
+        self.result.committed_per_step.append(committed)
+        return committed > 0
+
+    def _draw(self, row: torch.Tensor) -> int:
+        if self.temperature == 0:
+            return int(torch.argmax(row))
+        weights = torch.softmax(row / self.temperature, dim=-1)
+        return int(torch.multinomial(weights, 1, generator=self.generator))
+
+    def _commit(self, choice: dict[int, int]) -> int:
+        for i, token in choice.items():
+            self.tokens[i] = token
+        self._pad_after_eos()
+        return len(choice)
+
+    def _pad_after_eos(self) -> None:
+        first = next((i for i, t in enumerate(self.tokens) if t in self.eos), None)
+        if first is not None:
+            for i in range(first + 1, len(self.tokens)):
+                self.tokens[i] = self.eos_id
+
+    # --- regular: DINGO --------------------------------------------------------------------
+
+    def _dingo(self, logp: torch.Tensor, start: int, end: int, chosen: list[int]) -> int:
+        from samplers import dingo_map, dingo_sample
+
+        state = self._dfa_state(start)
+        block = logp[start:end].clone()
+        keep_masked = np.zeros(end - start, dtype=bool)
+        chosen_set = set(chosen)
+        for i in range(start, end):
+            token = self.tokens[i]
+            if token != self.mask:  # committed earlier: forced
+                row = torch.full_like(block[i - start], float("-inf"))
+                row[token] = 0.0
+                block[i - start] = row
+            elif i not in chosen_set:
+                keep_masked[i - start] = True
+        remaining = len(self.tokens) - end
+        if self.temperature == 0:
+            tokens, _, _ = dingo_map(self.dfa, block, start_state=state, keep_masked=keep_masked, remaining=remaining)
+        else:
+            tokens, _, _ = dingo_sample(self.dfa, block, start_state=state, keep_masked=keep_masked,
+                                        remaining=remaining, temperature=self.temperature, generator=self.generator)
+        self.result.checks += 1
+        return self._commit({i: int(tokens[i - start]) for i in chosen})
+
+    def _dfa_state(self, start: int) -> int | None:
+        """The token DFA's state after the committed positions before ``start`` (None: its start;
+        ``ENDED`` once an EOS is among them)."""
+        from samplers.dingo import ENDED
+
+        if start == 0:
+            return None
+        matcher = self.dfa.matcher()
+        for token in self.tokens[:start]:
+            if token in self.eos:
+                return ENDED
+            matcher.advance(token)
+        return matcher.state
+
+    # --- context-free: completability checks -------------------------------------------------
+
+    def _completable(self, tokens: list[int]) -> bool:
+        parts, holes = canvas_parts(tokens, self.mask, self.eos, self.vocab)
+        self.result.checks += 1
+        return self.compiled.completable(parts, hole_bytes=holes)
+
+    def _valid_eos(self, tokens: list[int], i: int) -> bool:
+        return all(t == self.mask or t in self.eos for t in tokens[i + 1:])
+
+    def _infill(self, logp: torch.Tensor, chosen: list[int]) -> int:
+        proposal = {i: self._draw(logp[i]) for i in chosen}
+        trial = list(self.tokens)
+        for i, token in proposal.items():
+            trial[i] = token
+        if all(t not in self.eos or self._valid_eos(trial, i) for i, t in proposal.items()) and self._completable(trial):
+            return self._commit(proposal)
+        committed = 0
+        for i in sorted(chosen, key=lambda i: -float(logp[i].max())):
+            row = logp[i].clone()
+            for _ in range(self.max_resamples):
+                token = self._draw(row)
+                if not math.isfinite(float(row[token])):
+                    break
+                trial = list(self.tokens)
+                trial[i] = token
+                if (token not in self.eos or self._valid_eos(trial, i)) and self._completable(trial):
+                    committed += self._commit({i: token})
+                    break
+                row[token] = float("-inf")
+                self.result.refused += 1
+        return committed
+
+    # --- baseline -----------------------------------------------------------------------------
+
+    def _greedy(self, logp: torch.Tensor, chosen: list[int]) -> int:
+        choice = {}
+        for i in sorted(chosen):
+            if any(t == self.mask for t in self.tokens[:i]) or any(t in self.eos for t in self.tokens[:i]):
+                choice[i] = self._draw(logp[i])
+                continue
+            matcher = self.compiled.matcher()
+            ok = True
+            for token in self.tokens[:i]:
+                if not matcher.allows(token):
+                    ok = False
+                    break
+                matcher.advance(token)
+            row = logp[i].clone()
+            if ok:
+                words = allocate_token_bitmask(1, self.width)
+                matcher.fill_mask(words, 0)
+                apply_token_bitmask_inplace(row, words[0])
+                if torch.isneginf(row).all():
+                    row = logp[i].clone()
+            choice[i] = self._draw(row)
+            self.tokens[i] = choice[i]
+        return self._commit(choice)
+
+    # --- the end ------------------------------------------------------------------------------
+
+    def finish(self) -> DiffusionResult:
+        tokens = list(self.tokens)
+        if self.mode == "infill" and any(t == self.mask for t in tokens):
+            parts, holes = canvas_parts(tokens, self.mask, self.eos, self.vocab)
+            fills = self.compiled.complete(parts, hole_bytes=holes)
+            if fills is not None:
+                text = parts[0] + b"".join(f + p for f, p in zip(fills, parts[1:]))
+                self.result.witness_bytes = sum(len(f) for f in fills)
+                self.result.text = text
+                self.result.token_ids = self.vocab.encode(text.decode("utf-8"))
+                return self.result
+        end = next((i for i, t in enumerate(tokens) if t in self.eos), len(tokens))
+        body = [t for t in tokens[:end] if t != self.mask]
+        self.result.token_ids = body
+        self.result.text = self.vocab.decode(body)
+        return self.result
