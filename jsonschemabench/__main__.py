@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import dingo_bench, e2e, grammar_bench, infill_bench, maskbench, samplers_bench, serve_bench, testsuite
+from . import diffusion_bench, dingo_bench, e2e, grammar_bench, infill_bench, maskbench, samplers_bench, serve_bench, testsuite
 
 #: (subcommand, module, one-line help); each module's docstring gives the subcommand's description
 BENCHMARKS = (
@@ -19,6 +19,7 @@ BENCHMARKS = (
     ("samplers", samplers_bench,
      "KL to the grammar-conditioned model (masked, ASAp, SMC) and AWRS checks/time per token"),
     ("e2e", e2e, "end to end: generate with a model per MaskBench schema; coverage, compliance, TTFT/TPOT, throughput"),
+    ("diffusion", diffusion_bench, "masked-diffusion decoding of MaskBench schemas: validity, steps, constraint cost per mode"),
     ("dingo", dingo_bench, "DINGO on regular MaskBench schemas: token-DFA precompute and per-block DP times"),
     ("infill", infill_bench, "multi-region infilling of HumanEval-X C++ and MaskBench JSON: validity, checks, latency"),
     ("serve", serve_bench, "corral serve under concurrent load: req/s, tokens/s, TTFT, inter-token latency, batching gain"),
