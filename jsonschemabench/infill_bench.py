@@ -96,8 +96,22 @@ def _gxx_ok(program: str, *, run: bool = False, timeout: float = 20.0) -> bool:
             return False
 
 
-def run_cpp(args: argparse.Namespace, say=outputs.log) -> list[dict]:
+def _fill(args: argparse.Namespace, parts: list[str], lm, vocab, compiler, grammar, constrained: bool):
+    """One infilling run: ``(result, seconds, None)``, or ``(None, seconds, error text)`` — a
+    failed run is a row of the benchmark, not its crash."""
     from engine import infill
+
+    t = time.perf_counter()
+    try:
+        result = infill(parts, model=lm, tokenizer=vocab, compiler=compiler, grammar=grammar if constrained else None,
+                        constrained=constrained, max_tokens_per_hole=args.max_tokens_per_hole, seed=args.seed,
+                        temperature=args.temperature)
+    except Exception as error:
+        return None, time.perf_counter() - t, f"{type(error).__name__}: {error}"
+    return result, time.perf_counter() - t, None
+
+
+def run_cpp(args: argparse.Namespace, say=outputs.log) -> list[dict]:
     from engine.generate import load_model, load_vocabulary
     from grammars import Compiler, builtin_grammar
 
@@ -118,17 +132,11 @@ def run_cpp(args: argparse.Namespace, say=outputs.log) -> list[dict]:
                 continue
             parts = [task["declaration"] + cut[0], *cut[1:]]
             for constrained in (False, True):
-                t = time.perf_counter()
-                try:
-                    result = infill(parts, model=lm, tokenizer=vocab, compiler=compiler,
-                                    grammar=grammar if constrained else None, constrained=constrained,
-                                    max_tokens_per_hole=args.max_tokens_per_hole, seed=args.seed,
-                                    temperature=args.temperature)
-                except Exception as error:  # a failed run is a row, not a crash of the benchmark
+                result, seconds, error = _fill(args, parts, lm, vocab, compiler, grammar, constrained)
+                if error is not None:
                     rows.append({"task": task["task_id"], "regions": regions, "constrained": constrained,
-                                 "error": f"{type(error).__name__}: {error}"})
+                                 "error": error})
                     continue
-                seconds = time.perf_counter() - t
                 in_grammar = grammar.completable([result.text])
                 syntax = _gxx_ok(result.text)
                 functional = syntax and _gxx_ok(result.text + task["test"], run=True)
@@ -148,7 +156,6 @@ def run_cpp(args: argparse.Namespace, say=outputs.log) -> list[dict]:
 def run_json(args: argparse.Namespace, say=outputs.log) -> list[dict]:
     import jsonschema
 
-    from engine import infill
     from engine.generate import load_model, load_vocabulary
     from grammars import Compiler
 
@@ -176,16 +183,10 @@ def run_json(args: argparse.Namespace, say=outputs.log) -> list[dict]:
             continue  # outside what the compiled schema admits
         parts = cut_spans(text, rng.randint(1, 3), rng)
         for constrained in (False, True):
-            t = time.perf_counter()
-            try:
-                result = infill(parts, model=lm, tokenizer=vocab, compiler=compiler,
-                                grammar=grammar if constrained else None, constrained=constrained,
-                                max_tokens_per_hole=args.max_tokens_per_hole, seed=args.seed,
-                                temperature=args.temperature)
-            except Exception as error:
-                rows.append({"file": path.name, "constrained": constrained, "error": f"{type(error).__name__}: {error}"})
+            result, seconds, error = _fill(args, parts, lm, vocab, compiler, grammar, constrained)
+            if error is not None:
+                rows.append({"file": path.name, "constrained": constrained, "error": error})
                 continue
-            seconds = time.perf_counter() - t
             try:
                 value = json.loads(result.text)
                 parsed = True

@@ -29,22 +29,23 @@ def vocab():
     return TokenVocabulary.from_bytes(BYTES + [b""], eos_token_ids=[256], special_token_ids=[256])
 
 
-def member(grammar, text: bytes) -> bool:
+def walked(grammar, text: bytes):
+    """The matcher after ``text`` (one token per byte), or None where a byte is refused."""
     matcher = grammar.matcher()
     for byte in text:
         if not matcher.allows(byte):
-            return False
+            return None
         matcher.advance(byte)
-    return matcher.is_accepting()
+    return matcher
+
+
+def member(grammar, text: bytes) -> bool:
+    matcher = walked(grammar, text)
+    return matcher is not None and matcher.is_accepting()
 
 
 def live_prefix(grammar, text: bytes) -> bool:
-    matcher = grammar.matcher()
-    for byte in text:
-        if not matcher.allows(byte):
-            return False
-        matcher.advance(byte)
-    return True
+    return walked(grammar, text) is not None
 
 
 def fills_up_to(alphabet: bytes, low: int, high: int):
