@@ -16,8 +16,10 @@ A hole ends when the model ends it — EOS, and for a plain causal LM also the f
 next fixed text (the model starts writing what follows) — and the next fixed text can follow
 there. When the model cannot close a hole within ``max_tokens_per_hole``, or ``max_resamples``
 draws in a row are refused, the shortest fill that completes the text (``CompiledGrammar.complete``)
-closes it, and the result says so. The text returned is always in the language: a completion
-exists whenever the parts are completable, and ``infill`` refuses parts that are not.
+closes it, and the result says so. A check that hits a ``Limits`` bound counts as a refusal
+(``HoleReport.undecided``): an unverified token is never accepted. The text returned is always
+in the language: a completion exists whenever the parts are completable, and ``infill`` refuses
+parts that are not.
 
 Models: any ``LanguageModel`` (a transformers causal LM or path, as for ``generate``). With
 fill-in-the-middle tokens (``fim=FIMTokens(...)``, or found in a transformers tokenizer), each
@@ -36,7 +38,7 @@ import torch
 from grammars import Compiler, CompiledGrammar, shared_compiler
 from grammars.bitmask import allocate_token_bitmask
 from grammars.automata.holes import HoleChart, texts_as_bytes
-from grammars.errors import GrammarError
+from grammars.errors import GrammarError, LimitExceeded
 from grammars.vocab.vocabulary import TokenVocabulary
 from samplers._numeric import sample_categorical
 from samplers.base import SamplingParams, process_logits
@@ -64,6 +66,7 @@ class HoleReport:
     tokens: int = 0
     checks: int = 0
     refused: int = 0
+    undecided: int = 0  # checks that hit a Limits bound: counted as refusals
     check_seconds: list[float] = field(default_factory=list, repr=False)
     end: HoleEnd = "model"
     witness: str = ""  # the part of ``fill`` the witness wrote (closing the hole)
@@ -303,6 +306,9 @@ class _Infill:
             if data and not chart.extend(data):
                 return False
             return chart.check(rest, holes) is not None
+        except LimitExceeded:  # undecided within Limits: refused, never accepted unverified
+            report.undecided += 1
+            return False
         finally:
             chart.truncate(mark)
             report.checks += 1
