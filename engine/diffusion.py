@@ -125,6 +125,9 @@ class DiffusionResult:
     checks: int = 0
     refused: int = 0
     witness_bytes: int = 0  # bytes a witness fill wrote to close holes the steps left open
+    #: the bytes each canvas position ended with (a witness fill on the first position of the masked
+    #: run it closed, b"" on the rest of the run and after the end): what infilling reads fills from
+    position_bytes: list[bytes] = field(default_factory=list, repr=False)
 
     @property
     def tokens_per_step(self) -> float:
@@ -160,9 +163,14 @@ def diffusion_decode(
     lm, vocab: TokenVocabulary, prompt_ids: list[int], compiled: CompiledGrammar | None, *,
     canvas_length: int = 128, steps: int = 64, block_length: int | None = None, unmasking: Any = "confidence",
     mode: ConstraintMode = "auto", temperature: float = 0.0, max_resamples: int = 20,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | None = None, canvas: Sequence[int] | None = None,
 ) -> DiffusionResult:
-    """Decode one canvas (see the module docstring)."""
+    """Decode one canvas (see the module docstring). ``canvas``: a partly filled canvas to
+    complete instead of an all-masked one (the model's mask id where a position is open; its
+    length is the canvas length): infilling with a diffusion model."""
+    if canvas is not None:
+        canvas = [int(t) for t in canvas]
+        canvas_length = len(canvas)
     for name, value in (("canvas_length", canvas_length), ("steps", steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -179,6 +187,8 @@ def diffusion_decode(
         raise ValueError("mode='dingo' needs a regular constraint; use 'infill' for context-free grammars")
     run = _Canvas(lm, vocab, prompt_ids, compiled, canvas_length, resolve_policy(unmasking), mode, temperature,
                   max_resamples, generator)
+    if canvas is not None:
+        run.tokens = canvas
     n_blocks = math.ceil(canvas_length / block)
     per_block = max(1, steps // n_blocks)
     for b in range(n_blocks):
@@ -262,7 +272,8 @@ class _Canvas:
         first = next((i for i, t in enumerate(self.tokens) if t in self.eos), None)
         if first is not None:
             for i in range(first + 1, len(self.tokens)):
-                self.tokens[i] = self.eos_id
+                if self.tokens[i] == self.mask:  # positions given in a partly filled canvas stay
+                    self.tokens[i] = self.eos_id
 
     # --- regular: DINGO --------------------------------------------------------------------
 
@@ -367,17 +378,23 @@ class _Canvas:
 
     def finish(self) -> DiffusionResult:
         tokens = list(self.tokens)
-        if self.mode == "infill" and any(t == self.mask for t in tokens):
+        end = next((i for i, t in enumerate(tokens) if t in self.eos), len(tokens))
+        pieces = [self.vocab.token_bytes[t] if i < end and t != self.mask else b"" for i, t in enumerate(tokens)]
+        if self.mode == "infill" and any(t == self.mask for t in tokens[:end]):
             parts, holes = canvas_parts(tokens, self.mask, self.eos, self.vocab)
             fills = self.compiled.complete(parts, hole_bytes=holes)
             if fills is not None:
-                text = parts[0] + b"".join(f + p for f, p in zip(fills, parts[1:]))
+                runs = [i for i in range(end) if tokens[i] == self.mask and (i == 0 or tokens[i - 1] != self.mask)]
+                for i, fill in zip(runs, fills):  # canvas_parts' holes are the masked runs, in order
+                    pieces[i] = fill
                 self.result.witness_bytes = sum(len(f) for f in fills)
+                text = b"".join(pieces)
                 self.result.text = text
                 self.result.token_ids = self.vocab.encode(text.decode("utf-8"))
+                self.result.position_bytes = pieces
                 return self.result
-        end = next((i for i, t in enumerate(tokens) if t in self.eos), len(tokens))
         body = [t for t in tokens[:end] if t != self.mask]
         self.result.token_ids = body
         self.result.text = self.vocab.decode(body)
+        self.result.position_bytes = pieces
         return self.result

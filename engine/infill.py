@@ -108,7 +108,7 @@ def infill(
     tokenizer: Any = None, compiler: Compiler | None = None, max_tokens_per_hole: int = 64,
     temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, seed: int | None = None,
     fim: FIMTokens | bool | None = None, prompt: str = "", max_resamples: int = 100,
-    constrained: bool = True, sampler: str = "masked",
+    constrained: bool = True, sampler: str = "masked", steps: int | None = None,
 ) -> InfillResult:
     """Fill the holes between ``parts`` (``len(parts) - 1`` holes) with ``model``.
 
@@ -119,8 +119,13 @@ def infill(
     constrained text. ``sampler``: ``"masked"`` (the only one defined for holes: ASAp/AWRS/SMC
     reweight whole sequences of one left-to-right text). Raises ``UncompletableError`` when the
     parts admit no fill at all.
+
+    With a masked-diffusion model (``engine.MaskedDiffusionLM``) the holes are written at once:
+    the canvas is the parts' tokens with ``max_tokens_per_hole`` masked positions per hole, each
+    to hold at least one byte, decoded by ``engine.diffusion`` (DINGO for regular constraints,
+    completability checks otherwise) in ``steps`` model calls (default: one per masked position).
     """
-    from engine.generate import GenerationOptions, _compile_constraint, load_model, load_vocabulary
+    from engine.generate import GenerationOptions, _compile_constraint, _is_diffusion_model, load_model, load_vocabulary
 
     if sampler != "masked":
         raise ValueError(f"infill supports sampler='masked' only, got {sampler!r}")
@@ -133,7 +138,12 @@ def infill(
         raise TypeError("infill parts must be str")
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
     started = time.perf_counter()
-    lm, tok_source = load_model(model, tokenizer)
+    if _is_diffusion_model(model):
+        lm, tok_source = model, tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+        if tok_source is None:
+            raise TypeError("pass tokenizer= (a TokenVocabulary, tokenizer or path) for this diffusion model")
+    else:
+        lm, tok_source = load_model(model, tokenizer)
     vocab = load_vocabulary(tok_source, lm, compiler)
     compiler = compiler if compiler is not None and compiler.vocab == vocab else shared_compiler(vocab)
     compiled = None
@@ -144,8 +154,15 @@ def infill(
             raise ValueError("infill needs a constraint (grammar=, schema= or regex=) unless constrained=False")
         if not compiled.completable(list(parts)):
             raise UncompletableError("the fixed parts cannot be completed into the language: no fill of the holes exists")
-    fim_tokens = _fim_tokens(fim, tok_source)
     generator = torch.Generator().manual_seed(int(seed)) if seed is not None else None
+    if _is_diffusion_model(lm):
+        result = _infill_diffusion(lm, vocab, compiled, list(parts), prompt, max_tokens_per_hole, temperature,
+                                   generator, steps)
+        result.seconds = time.perf_counter() - started
+        if compiled is not None and not compiled.completable([result.text]):  # fail closed
+            raise AssertionError("infill produced text outside the language; please report this with the inputs")
+        return result
+    fim_tokens = _fim_tokens(fim, tok_source)
     run = _Infill(lm, vocab, compiled, list(parts), params, generator, fim_tokens, prompt,
                   max_tokens_per_hole, max_resamples)
     result = run.fill_all()
@@ -153,6 +170,41 @@ def infill(
     if compiled is not None and not compiled.completable([result.text]):  # fail closed
         raise AssertionError("infill produced text outside the language; please report this with the inputs")
     return result
+
+
+def _infill_diffusion(lm, vocab: TokenVocabulary, compiled: CompiledGrammar | None, parts: list[str], prompt: str,
+                      per_hole: int, temperature: float, generator, steps: int | None) -> InfillResult:
+    """The holes as runs of masked positions in one canvas, filled by the diffusion decoder."""
+    from engine.diffusion import diffusion_decode
+
+    if per_hole < 1:
+        raise ValueError("a diffusion model needs max_tokens_per_hole >= 1 (the masked positions of each hole)")
+    mask = lm.mask_token_id
+    canvas: list[int] = []
+    regions: list[tuple[int, int]] = []
+    for j, part in enumerate(parts):
+        canvas += vocab.encode(part) if part else []
+        if j < len(parts) - 1:
+            regions.append((len(canvas), len(canvas) + per_hole))
+            canvas += [mask] * per_hole
+    prompt_ids = (vocab.encode(prompt) if prompt else []) or [min(vocab.eos_token_ids)]
+    out = diffusion_decode(lm, vocab, prompt_ids, compiled, canvas=canvas, steps=steps or per_hole * len(regions),
+                           mode="none" if compiled is None else "auto", temperature=temperature, generator=generator)
+    holes = []
+    for a, b in regions:
+        written = b"".join(out.position_bytes[a:b])
+        opened = [i for i in range(a, b) if out.position_bytes[i] and canvas[i] == mask]
+        report = HoleReport(fill=written.decode("utf-8", "replace"), tokens=len(opened))
+        holes.append(report)
+    if holes:
+        holes[0].checks = out.checks
+        holes[0].refused = out.refused
+    if out.witness_bytes:
+        for report in holes:
+            report.end = "witness_refused"
+    fills = [h.fill for h in holes]
+    text = out.text.decode("utf-8", "replace")
+    return InfillResult(fills, text, holes, out.model_calls)
 
 
 def _fim_tokens(fim: FIMTokens | bool | None, tok_source: Any) -> FIMTokens | None:

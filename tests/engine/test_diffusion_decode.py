@@ -140,3 +140,22 @@ def test_generate_dispatches_on_a_diffusion_model(vocab):
     regex = generate("x", model=random_lm(vocab.logits_width, 1), tokenizer=vocab, regex="[0-9]{3}",
                      canvas_length=6, steps=3, unmasking="threshold")
     assert len(regex.text) == 3 and regex.text.isdigit()
+
+
+def test_infill_with_a_diffusion_model_keeps_the_parts_and_stays_valid(vocab):
+    from engine import infill
+
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
+              "required": ["name", "n"], "additionalProperties": False}
+    parts = ['{"name":"', '","n":', "}"]
+    for seed in range(3):
+        result = infill(parts, model=random_lm(vocab.logits_width, seed), tokenizer=vocab, schema=schema,
+                        max_tokens_per_hole=4, seed=seed)
+        value = json.loads(result.text)
+        jsonschema.validate(value, schema)
+        assert result.text == parts[0] + result.fills[0] + parts[1] + result.fills[1] + parts[2]
+    grammar = 'root ::= "a" [xy]+ "b" [0-9]+ "c"'
+    result = infill(["a", "b", "c"], model=random_lm(vocab.logits_width, 7), tokenizer=vocab, grammar=grammar,
+                    max_tokens_per_hole=2)
+    assert result.text.startswith("a") and result.text.endswith("c") and len(result.fills) == 2
+    assert all(set(f) <= set("xy") for f in result.fills[:1]) and result.fills[1].isdigit()
