@@ -159,3 +159,13 @@ def test_infill_with_a_diffusion_model_keeps_the_parts_and_stays_valid(vocab):
                     max_tokens_per_hole=2)
     assert result.text.startswith("a") and result.text.endswith("c") and len(result.fills) == 2
     assert all(set(f) <= set("xy") for f in result.fills[:1]) and result.fills[1].isdigit()
+
+
+@pytest.mark.slow
+def test_a_random_model_under_the_cpp_grammar_writes_only_cpp(vocab):
+    from grammars import builtin_grammar
+
+    grammar = Compiler(vocab).compile_lark(builtin_grammar("cpp"))
+    result = diffusion_decode(random_lm(vocab.logits_width, 3), vocab, [EOS], grammar, canvas_length=8, steps=4,
+                              mode="infill")
+    assert grammar.completable([result.text]), result.text

@@ -149,6 +149,20 @@ def test_add_mask_token_leaves_the_shared_tokenizer_alone(gpt2_vocab, masked_tok
 # --- data and objective ---------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("arch", ["modernbert", "bert"])
+def test_built_models_carry_their_mask_id(arch):
+    model = build_diffusion_model(DiffusionConfig(vocab_size=50258, mask_token_id=50257, arch=arch, n_layer=1,
+                                                  hidden=16, n_head=2, eos_token_id=EOS))
+    assert model.config.mask_token_id == 50257 and model.config.tie_word_embeddings
+    assert model.get_input_embeddings().padding_idx is None  # no frozen row: batches pad with the attention mask
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    lm = HFMaskedDiffusionLM(model)
+    assert lm.mask_token_id == 50257 and lm.logits_width == 50258
+    assert lm.canvas_logits([[1, 2, 50257, 50257]]).shape == (1, 4, 50258)
+    with pytest.raises(ValueError, match="arch"):
+        build_diffusion_model(DiffusionConfig(vocab_size=10, mask_token_id=9, arch="gpt2"))
+
+
 def test_json_canvases_are_prompt_then_eos_padded_completion(json_canvases, gpt2_vocab):
     _, encoded = json_canvases
     assert encoded
@@ -233,3 +247,17 @@ def test_three_steps_save_a_folder_the_adapter_loads(tmp_path, maskbench_dir, gp
     prompt = lm.tokenizer.encode('Schema: {"type":"integer"}\nJSON: ', add_special_tokens=False)
     logits = lm.canvas_logits([prompt + [lm.mask_token_id] * 8])
     assert logits.shape == (1, len(prompt) + 8, 50258) and torch.isfinite(logits).all()
+
+
+def test_the_cpp_corpus_trains_from_given_sources(tmp_path, gpt2_vocab_path):
+    source = tmp_path / "lib.cpp"
+    source.write_text("".join(f"int f{i}(int x) {{\n  return x * {i} + {i + 1};\n}}\n" for i in range(60)))
+    out = tmp_path / "tiny-diffusion-cpp"
+    lines: list[str] = []
+    code = main(["--vocab", str(gpt2_vocab_path), "--corpus", "cpp", "--source", str(source), "--out", str(out),
+                 "--max-steps", "2", "--layers", "1", "--hidden", "16", "--heads", "2", "--canvas", "48",
+                 "--eval-n", "0"], log=lines.append)
+    assert code == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["data"]["corpus"] == "cpp" and metrics["data"]["train_sequences"] > 0
+    assert metrics["train"]["steps"] == 2
