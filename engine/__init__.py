@@ -40,6 +40,7 @@ from engine.generate import (
 )
 from engine.infill import FIMTokens, HoleReport, InfillResult, UncompletableError, infill
 from engine.lm import HFCausalLM, LanguageModel, ScriptedLM
+from engine.speculative import DraftModel, ForcedTokens, PromptLookup, speculative_decode
 
 __all__ = [
     "generate",
@@ -65,6 +66,10 @@ __all__ = [
     "SequenceSampler",
     "resolve_sampler",
     "CorralLogitsProcessor",
+    "speculative_decode",
+    "DraftModel",
+    "PromptLookup",
+    "ForcedTokens",
 ]
 
 

@@ -39,6 +39,7 @@ import torch
 from engine.closing import BudgetClosing, ClosingPlanner
 from engine.decoding import DecodeOptions, FinishReason, decode
 from engine.lm import HFCausalLM, LanguageModel, resolve_dtype, resolve_device
+from engine.speculative import check_speculative_options, resolve_draft, speculative_decode
 from grammars import (
     CompiledGrammar,
     Compiler,
@@ -166,6 +167,17 @@ class GenerationOptions:
     infilling otherwise), ``"dingo"``, ``"infill"``, ``"greedy"`` or ``"none"``
     (``engine.diffusion`` describes each); ``max_tokens``, ``stop`` and the sampler do not apply.
 
+    Speculative decoding (``engine.speculative``): ``draft_model`` — a smaller causal model (a
+    transformers model, a path or a ``LanguageModel`` sharing the tokenizer), ``"prompt_lookup"``
+    (n-gram copy from prompt + output) or a draft source (``DraftModel``, ``PromptLookup``,
+    ``ForcedTokens``) — proposes up to ``num_speculative_tokens`` tokens, checked against the
+    grammar, that the target verifies in one call; the output's law is exactly masked sampling
+    from the target (greedy: the same tokens). Only the masked sampler composes: the acceptance
+    rule reproduces a per-token distribution given the prefix, while ASAp, AWRS and SMC reweight
+    whole sequences (learnt future-validity estimates, importance weights, resampling), so they
+    raise ``ValueError`` here. ``stop``, ``ignore_eos`` and budget-aware closing do not apply on
+    this path (a row that runs out of budget ends with ``"length"``).
+
     The loop: ``max_tokens`` bounds generated tokens, EOS included; ``stop`` — stop strings (not
     with ``schema``, whose grammar decides the end); ``fast_forward`` — append forced tokens
     without sampling (default: on for the masked sampler; refused for ASAp, which must draw every
@@ -202,6 +214,8 @@ class GenerationOptions:
     block_length: int | None = None
     unmasking: Any = "confidence"
     diffusion_mode: str = "auto"
+    draft_model: Any = None
+    num_speculative_tokens: int = 4
 
     def __post_init__(self) -> None:
         given = [name for name in ("schema", "regex", "grammar") if getattr(self, name) is not None]
@@ -230,6 +244,7 @@ class GenerationOptions:
             raise ValueError(f"max_tokens must be a positive int, got {self.max_tokens!r}")
         _ = self.sampling_params  # SamplingParams checks temperature, top_p and top_k
         _check_sampler(self.sampler)
+        check_speculative_options(self)
         if self.device is not None:
             resolve_device(self.device)  # "cuda" without CUDA: an argument error, before any model loads
         if self.dtype is not None:
@@ -354,6 +369,13 @@ def generate_batch(
         return compiled.matcher() if compiled is not None else UnconstrainedMatcher(vocab)
 
     planner = ClosingPlanner(vocab) if opts.budget_closing and compiled is not None else None
+    if opts.draft_model is not None:  # speculative decoding: masked sampler only (checked in the options)
+        source = resolve_draft(opts.draft_model, device=opts.device, dtype=opts.dtype)
+        outputs = [speculative_decode(lm, source, vocab, ids, new_matcher(), k=opts.num_speculative_tokens,
+                                      max_tokens=opts.max_tokens, params=resolved.params, generator=gen)
+                   for ids, gen in zip(prompt_ids, generators)]
+        return [_result(out.text, out.token_ids, out.finish_reason, opts.schema, ids, compile_s, out)
+                for out, ids in zip(outputs, prompt_ids)]
     if isinstance(resolved, SequenceSampler) and not isinstance(resolved, TokenSampler):
         if opts.stop_strings:
             raise ValueError("stop= is not supported with a sequence-level sampler (SMC); use a token sampler")

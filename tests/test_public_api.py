@@ -97,6 +97,10 @@ EXPECTED: dict[str, frozenset[str]] = {
             "generate",
             "generate_batch",
             "resolve_sampler",
+            "speculative_decode",
+            "DraftModel",
+            "PromptLookup",
+            "ForcedTokens",
         }
     ),
     "jsonschemabench": frozenset(),
