@@ -19,10 +19,14 @@
   LLaDA/Dream checkpoints; ``ScriptedDiffusionLM`` is its mock.
 * ``decode`` — the autoregressive loop (mask, apply, sample, advance; EOS only when accepting;
   forced-token fast-forward; budget-aware closing via ``ClosingPlanner``; stop strings).
+  ``engine.diffusion`` decodes canvases for a ``MaskedDiffusionLM`` (``generate`` dispatches on
+  the model), ``speculative_decode`` drafts with ``DraftModel`` / ``PromptLookup`` /
+  ``ForcedTokens`` and verifies losslessly (``generate(..., draft_model=...)``).
 * ``CorralLogitsProcessor`` — a transformers ``LogitsProcessor`` shim for ``model.generate``;
   the engine loop above is the primary path.
 * ``python -m engine.cli`` / ``corral`` — ``generate``, ``compile``, ``check``, ``bench``;
-  ``python -m engine.tiny`` trains the tiny JSON model used by demos and tests.
+  ``python -m engine.tiny`` trains the tiny JSON model used by demos and tests; ``engine.tiny_code``
+  a C++ model with fill-in-the-middle; ``engine.tiny_diffusion`` a masked-diffusion model.
 
 Imports ``samplers`` and ``grammars``; never ``jsonschemabench``.
 """
