@@ -40,7 +40,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from engine.lm import _output_width, resolve_device, resolve_dtype
+from engine.lm import _output_width, placed_model, resolve_device, resolve_dtype
 
 __all__ = [
     "MaskedDiffusionLM",
@@ -200,14 +200,7 @@ class HFMaskedDiffusionLM:
         dtype: torch.dtype | str | None = None,
         shift_logits: bool | None = None,
     ):
-        if not callable(getattr(model, "forward", None)) or not hasattr(model, "config"):
-            kind = type(model).__name__
-            raise TypeError(f"HFMaskedDiffusionLM needs a transformers model (a PreTrainedModel), got {kind}")
-        if dtype is not None:
-            model = model.to(dtype=resolve_dtype(dtype))
-        if device is not None:
-            model = model.to(resolve_device(device))
-        self.model = model.eval()
+        model = self.model = placed_model(model, "HFMaskedDiffusionLM", "a transformers model", device, dtype)
         self.tokenizer = tokenizer
         self._width = _logits_width(model)
         self._mask = _check_mask_id(_resolve_mask_id(model, tokenizer, mask_token_id), self._width)

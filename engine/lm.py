@@ -161,6 +161,19 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+def placed_model(model: Any, owner: str, kind: str, device: str | torch.device | None,
+                 dtype: torch.dtype | str | None) -> Any:
+    """``model`` checked to be a transformers model, cast to ``dtype``, moved to ``device`` and in
+    eval mode: what every adapter of a transformers model does first."""
+    if not callable(getattr(model, "forward", None)) or not hasattr(model, "config"):
+        raise TypeError(f"{owner} needs {kind} (a PreTrainedModel), got {type(model).__name__}")
+    if dtype is not None:
+        model = model.to(dtype=resolve_dtype(dtype))
+    if device is not None:
+        model = model.to(resolve_device(device))
+    return model.eval()
+
+
 class HFCausalLM:
     """A transformers causal LM (``GPT2LMHeadModel``, ``LlamaForCausalLM``, any
     ``AutoModelForCausalLM``) as a ``LanguageModel``, with KV-cache reuse across calls.
@@ -186,14 +199,7 @@ class HFCausalLM:
         use_cache: bool = True,
         pad_token_id: int = 0,
     ):
-        if not callable(getattr(model, "forward", None)) or not hasattr(model, "config"):
-            kind = type(model).__name__
-            raise TypeError(f"HFCausalLM needs a transformers causal LM (a PreTrainedModel), got {kind}")
-        if dtype is not None:
-            model = model.to(dtype=resolve_dtype(dtype))
-        if device is not None:
-            model = model.to(resolve_device(device))
-        self.model = model.eval()
+        self.model = placed_model(model, "HFCausalLM", "a transformers causal LM", device, dtype)
         self.use_cache = use_cache
         self.pad_token_id = int(pad_token_id)
         self._width = _output_width(model)

@@ -344,7 +344,8 @@ def _load_corpus(args, vocab, log) -> tuple[list[tuple[list[int], int]], list[tu
         parts: dict[bool, list[str]] = {False: [], True: []}
         for f in files:
             text = f.read_text(encoding="utf-8", errors="replace")
-            parts[_held_out(str(f), 0.05)].extend(cpp_chunks(text, max_chars=args.max_chunk_chars, min_chars=40))
+            held_out = len(files) > 1 and _held_out(f.name, 0.05)  # one file: all of it trains
+            parts[held_out].extend(cpp_chunks(text, max_chars=args.max_chunk_chars, min_chars=40))
         train_set = encode_code_canvases(parts[False], vocab, canvas_len=args.canvas)
         held = encode_code_canvases(parts[True], vocab, canvas_len=args.canvas)
         info = {"corpus": "cpp", "files": len(files), "train_chunks": len(parts[False]), "held_out_chunks": len(parts[True])}
