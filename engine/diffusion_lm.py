@@ -40,7 +40,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from engine.lm import _output_width, placed_model, resolve_device, resolve_dtype
+from engine.lm import _output_width, check_token_rows, placed_model, resolve_device, resolve_dtype
 
 __all__ = [
     "MaskedDiffusionLM",
@@ -79,25 +79,9 @@ class MissingMaskTokenError(ValueError):
 
 
 def check_canvases(canvases: Sequence[Sequence[int]], width: int) -> list[list[int]]:
-    """Validate and copy ``canvases`` as lists of ints; raises ``ValueError`` saying what is wrong."""
-    if isinstance(canvases, torch.Tensor):
-        canvases = canvases.tolist()
-    rows = [[int(t) for t in c] for c in canvases]
-    if not rows:
-        raise ValueError("canvas_logits needs at least one canvas")
-    length = len(rows[0])
-    for i, row in enumerate(rows):
-        if not row:
-            raise ValueError(f"canvas {i} is empty")
-        if len(row) != length:
-            raise ValueError(
-                f"canvas {i} has {len(row)} tokens, canvas 0 has {length}: canvases of one call must have one "
-                "length (pad them, e.g. with EOS, or make one call per length)"
-            )
-        bad = [t for t in row if not 0 <= t < width]
-        if bad:
-            raise ValueError(f"canvas {i} holds token ids {bad[:5]} outside [0, {width})")
-    return rows
+    """Validate and copy ``canvases`` as lists of ints, all of one length; raises ``ValueError``
+    saying what is wrong."""
+    return check_token_rows(canvases, width, what="canvas", call="canvas_logits", same_length=True)
 
 
 def _check_mask_id(mask_token_id: int, width: int) -> int:

@@ -56,18 +56,31 @@ class LanguageModel(Protocol):
 
 def check_prefixes(prefixes: Sequence[Sequence[int]], width: int) -> list[list[int]]:
     """Validate and copy ``prefixes`` as lists of ints; raises ``ValueError`` saying what is wrong."""
-    if isinstance(prefixes, torch.Tensor):
-        prefixes = prefixes.tolist()
-    rows = [[int(t) for t in p] for p in prefixes]
-    if not rows:
-        raise ValueError("next_logits needs at least one prefix")
-    for i, row in enumerate(rows):
+    return check_token_rows(prefixes, width, what="prefix", call="next_logits",
+                            empty_hint="; start it with a BOS (or EOS) token id")
+
+
+def check_token_rows(rows: Sequence[Sequence[int]], width: int, *, what: str, call: str, empty_hint: str = "",
+                     same_length: bool = False) -> list[list[int]]:
+    """Rows of token ids (prefixes, canvases) checked and copied as lists of ints: at least one
+    row, none empty, every id in ``[0, width)``, and with ``same_length`` all of one length."""
+    if isinstance(rows, torch.Tensor):
+        rows = rows.tolist()
+    out = [[int(t) for t in r] for r in rows]
+    if not out:
+        raise ValueError(f"{call} needs at least one {what}")
+    for i, row in enumerate(out):
         if not row:
-            raise ValueError(f"prefix {i} is empty; start it with a BOS (or EOS) token id")
+            raise ValueError(f"{what} {i} is empty{empty_hint}")
+        if same_length and len(row) != len(out[0]):
+            raise ValueError(
+                f"{what} {i} has {len(row)} tokens, {what} 0 has {len(out[0])}: the rows of one call must have one "
+                "length (pad them, e.g. with EOS, or make one call per length)"
+            )
         bad = [t for t in row if not 0 <= t < width]
         if bad:
-            raise ValueError(f"prefix {i} holds token ids {bad[:5]} outside [0, {width})")
-    return rows
+            raise ValueError(f"{what} {i} holds token ids {bad[:5]} outside [0, {width})")
+    return out
 
 
 # --- a mock ---------------------------------------------------------------------------------
