@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from grammars import CompiledGrammar
+from grammars.errors import LimitExceeded
 from grammars.bitmask import allocate_token_bitmask
 from grammars.vocab.vocabulary import TokenVocabulary
 from samplers.kernels import apply_token_bitmask_inplace
@@ -124,6 +125,7 @@ class DiffusionResult:
     constraint_seconds: float = 0.0
     checks: int = 0
     refused: int = 0
+    undecided: int = 0  # checks that hit a Limits bound: counted as refusals, never accepted unverified
     witness_bytes: int = 0  # bytes a witness fill wrote to close holes the steps left open
     #: the bytes each canvas position ended with (a witness fill on the first position of the masked
     #: run it closed, b"" on the rest of the run and after the end): what infilling reads fills from
@@ -320,7 +322,11 @@ class _Canvas:
     def _completable(self, tokens: list[int]) -> bool:
         parts, holes = canvas_parts(tokens, self.mask, self.eos, self.vocab)
         self.result.checks += 1
-        return self.compiled.completable(parts, hole_bytes=holes)
+        try:
+            return self.compiled.completable(parts, hole_bytes=holes)
+        except LimitExceeded:  # undecided within Limits: the proposal is refused, as infill does
+            self.result.undecided += 1
+            return False
 
     def _valid_eos(self, tokens: list[int], i: int) -> bool:
         return all(t == self.mask or t in self.eos for t in tokens[i + 1:])

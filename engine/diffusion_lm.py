@@ -48,7 +48,48 @@ __all__ = [
     "ScriptedDiffusionLM",
     "MissingMaskTokenError",
     "check_canvases",
+    "is_masked_diffusion_config",
+    "is_masked_diffusion_checkpoint",
 ]
+
+#: ``model_type`` of masked-diffusion checkpoints whose classes are not ``*ForMaskedLM`` (custom code)
+DIFFUSION_MODEL_TYPES = frozenset({"llada", "dream"})
+
+
+def is_masked_diffusion_config(config: Any) -> bool:
+    """Whether a transformers config (object or ``config.json`` dict) describes a masked-diffusion
+    model: an ``*ForMaskedLM`` architecture, or a LLaDA/Dream ``model_type``. Loaders use it to
+    pick ``HFMaskedDiffusionLM`` over a causal adapter, so one ``--model`` flag serves both kinds."""
+    get = config.get if isinstance(config, dict) else (lambda name, default=None: getattr(config, name, default))
+    architectures = get("architectures", None) or []
+    model_type = str(get("model_type", "") or "").lower()
+    return any(str(a).endswith("ForMaskedLM") for a in architectures) or model_type in DIFFUSION_MODEL_TYPES
+
+
+def is_masked_diffusion_checkpoint(source: str | os.PathLike[str], *, local_files_only: bool = False) -> bool:
+    """``is_masked_diffusion_config`` of the ``config.json`` in a model folder or hub repository
+    (False when there is none to read: the caller's causal loader then reports what is missing)."""
+    import json
+    from pathlib import Path
+
+    path = Path(source).expanduser()
+    if path.is_dir():
+        config_file: Any = path / "config.json"
+    else:
+        try:
+            from transformers.utils import cached_file
+
+            config_file = cached_file(str(source), "config.json", local_files_only=local_files_only,
+                                      _raise_exceptions_for_missing_entries=False)
+        except (OSError, ValueError):
+            return False
+    if config_file is None or not Path(config_file).is_file():
+        return False
+    try:
+        config = json.loads(Path(config_file).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and is_masked_diffusion_config(config)
 
 
 @runtime_checkable

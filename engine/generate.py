@@ -39,7 +39,12 @@ import torch
 from engine.closing import BudgetClosing, ClosingPlanner
 from engine.decoding import DecodeOptions, FinishReason, decode
 from engine.lm import HFCausalLM, LanguageModel, resolve_dtype, resolve_device
-from engine.speculative import check_speculative_options, resolve_draft, speculative_decode
+from engine.speculative import (
+    DEFAULT_MAX_SPECULATIVE_TOKENS,
+    check_speculative_options,
+    resolve_draft,
+    speculative_decode,
+)
 from grammars import (
     CompiledGrammar,
     Compiler,
@@ -170,7 +175,9 @@ class GenerationOptions:
     Speculative decoding (``engine.speculative``): ``draft_model`` — a smaller causal model (a
     transformers model, a path or a ``LanguageModel`` sharing the tokenizer), ``"prompt_lookup"``
     (n-gram copy from prompt + output) or a draft source (``DraftModel``, ``PromptLookup``,
-    ``ForcedTokens``) — proposes up to ``num_speculative_tokens`` tokens, checked against the
+    ``ForcedTokens``) — proposes up to ``num_speculative_tokens`` tokens (``"auto"``: adapted
+    per request from measured acceptance and costs, up to ``max_speculative_tokens``, 0 when
+    drafting does not pay), checked against the
     grammar, that the target verifies in one call; the output's law is exactly masked sampling
     from the target (greedy: the same tokens). Only the masked sampler composes: the acceptance
     rule reproduces a per-token distribution given the prefix, while ASAp, AWRS and SMC reweight
@@ -215,7 +222,8 @@ class GenerationOptions:
     unmasking: Any = "confidence"
     diffusion_mode: str = "auto"
     draft_model: Any = None
-    num_speculative_tokens: int = 4
+    num_speculative_tokens: int | str = 4
+    max_speculative_tokens: int = DEFAULT_MAX_SPECULATIVE_TOKENS
 
     def __post_init__(self) -> None:
         given = [name for name in ("schema", "regex", "grammar") if getattr(self, name) is not None]
@@ -352,6 +360,7 @@ def generate_batch(
     if not prompts:
         return []
     seeds = _seeds(opts.seed, len(prompts))
+    model = _diffusion_model_of(model, opts.device, opts.dtype)
     if _is_diffusion_model(model):
         return _generate_diffusion(prompts, model, opts, seeds)
     resolved = resolve_sampler(opts.sampler, opts.sampling_params)
@@ -372,7 +381,8 @@ def generate_batch(
     if opts.draft_model is not None:  # speculative decoding: masked sampler only (checked in the options)
         source = resolve_draft(opts.draft_model, device=opts.device, dtype=opts.dtype)
         outputs = [speculative_decode(lm, source, vocab, ids, new_matcher(), k=opts.num_speculative_tokens,
-                                      max_tokens=opts.max_tokens, params=resolved.params, generator=gen)
+                                      max_k=opts.max_speculative_tokens, max_tokens=opts.max_tokens,
+                                      params=resolved.params, generator=gen)
                    for ids, gen in zip(prompt_ids, generators)]
         return [_result(out.text, out.token_ids, out.finish_reason, opts.schema, ids, compile_s, out)
                 for out, ids in zip(outputs, prompt_ids)]
@@ -461,6 +471,21 @@ def resolve_sampler(sampler: Any, params: SamplingParams | None = None) -> Any:
     )
 
 
+def _diffusion_model_of(model: Any, device: Any = None, dtype: Any = None) -> Any:
+    """``model`` as a ``HFMaskedDiffusionLM`` when it is a masked-diffusion checkpoint (a path or a
+    loaded transformers model, see ``is_masked_diffusion_config``); otherwise ``model`` itself."""
+    from engine.diffusion_lm import HFMaskedDiffusionLM, is_masked_diffusion_checkpoint, is_masked_diffusion_config
+
+    if isinstance(model, (str, os.PathLike)):
+        local = Path(model).expanduser().exists()
+        if is_masked_diffusion_checkpoint(model, local_files_only=local):
+            source = str(Path(model).expanduser()) if local else str(model)
+            return HFMaskedDiffusionLM.from_pretrained(source, device=device, dtype=dtype, local_files_only=local)
+    elif _is_transformers_model(model) and is_masked_diffusion_config(model.config):
+        return HFMaskedDiffusionLM(model, device=device, dtype=dtype)
+    return model
+
+
 def _is_diffusion_model(model: Any) -> bool:
     from engine.diffusion_lm import MaskedDiffusionLM
 
@@ -501,8 +526,18 @@ def load_model(
 
     ``model`` may be a ``LanguageModel``, a loaded transformers model, or a path / hub id. The
     tokenizer source is ``tokenizer`` when given, else the model's path (a path model, or a
-    loaded model whose ``name_or_path`` is a local folder).
+    loaded model whose ``name_or_path`` is a local folder). A masked-diffusion checkpoint (a
+    ``*ForMaskedLM``, LLaDA or Dream) gives a ``HFMaskedDiffusionLM`` instead.
     """
+    diffusion = _diffusion_model_of(model, device, dtype) if not isinstance(model, LanguageModel) else model
+    if diffusion is not model:
+        source = tokenizer if tokenizer is not None else diffusion.tokenizer
+        if source is None:
+            name = str(model) if isinstance(model, (str, os.PathLike)) else getattr(model, "name_or_path", "")
+            source = name if name and Path(name).expanduser().is_dir() else None
+        if source is None:
+            raise TypeError("pass tokenizer= (a transformers tokenizer, TokenVocabulary or path) for this model")
+        return diffusion, source
     if isinstance(model, LanguageModel) and not _is_transformers_model(model):
         if device is not None or dtype is not None:
             raise ValueError("device= and dtype= apply to a transformers model or a path, not to a LanguageModel")

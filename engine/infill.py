@@ -199,6 +199,7 @@ def _infill_diffusion(lm, vocab: TokenVocabulary, compiled: CompiledGrammar | No
     if holes:
         holes[0].checks = out.checks
         holes[0].refused = out.refused
+        holes[0].undecided = out.undecided
     if out.witness_bytes:
         for report in holes:
             report.end = "witness_refused"

@@ -18,7 +18,8 @@ One sequence at a time. Each round:
 
    Every draft token is checked on a forked matcher before the target sees it; a draft is
    trimmed at its first invalid token and ends after EOS.
-2. **Verify.** The target scores every prefix ``context + draft[:i]`` (``i = 0..n``) in one
+2. **Verify.** The target scores every prefix ``context + draft[:i]`` (``i = 0..n``; not the
+   prefixes that end before a forced draft, whose logits are never read) in one
    ``LanguageModel.next_logits`` call (``HFCausalLM`` shares its KV cache across the rows' common
    prefix). At each position the target's *constrained* distribution ``p`` is the mask of the
    state reached along the draft applied to its logits, then ``process_logits``; ``q`` is the
@@ -31,6 +32,20 @@ One sequence at a time. Each round:
 3. **Commit.** Only accepted tokens (and the corrected or bonus one) advance the real matcher;
    drafting and verification walk forks, so nothing needs rolling back.
 
+How many tokens to draft (``k``): a fixed int, or ``"auto"`` — a ``GoodputController`` per
+request picks each round's ``k`` in ``0..max_k`` maximising expected committed tokens per second
+(SmartSpec's goodput, Liu et al. 2024): ``E[k] = (1 − a^(k+1)) / (1 − a)`` tokens per target call
+for a per-token acceptance rate ``a`` (an exponential moving average over the drafts verified so
+far), over ``time(k) = t_target(k) + k·t_draft`` with both costs measured online. ``k = 0`` (plain
+decoding, forced runs still free) is chosen when drafting does not pay; a one-token probe every
+few such rounds keeps ``a`` measured. ``DraftModel(stop_below=h)`` also ends a draft early when the
+draft model's own probability of the token it proposes is below ``h`` (SpecDec++'s stopping rule,
+with the probability as the score).
+
+``filter_drafts=False`` (a benchmark baseline) sends the source's proposal to the target
+unchecked: an invalid token is then rejected by verification (the target's constrained ``p``
+gives it 0) instead of being trimmed before it, and costs its row of the target call.
+
 Why it is lossless: at every position, conditioned on the tokens before it, the emitted token is
 distributed as ``p`` whatever the draft did (Leviathan et al. 2023; Chen et al. 2023), so the
 sequence distribution is exactly token-by-token masked sampling from the target — what
@@ -39,7 +54,13 @@ Forced drafts are the only allowed token, so ``p`` is a point mass on them and t
 accepted (without reading the logits). EOS is allowed only at accepting states, as in
 ``engine.decoding``; a state where the mask holds only EOS ends the sequence without a model call.
 ``max_tokens`` counts EOS as in ``engine.decoding``: a round drafts at most ``remaining − 1``
-tokens so that its last token still fits.
+tokens so that its last token still fits. Adaptive ``k`` keeps all of this: a round's ``k`` is
+chosen from earlier rounds only (their outcomes and timings), never from this round's draws, and
+the rule above is exact for every ``k``. The early stop drops a drawn token whose ``q`` is below
+the threshold, so a token that reaches verification is drawn from ``q`` conditioned on
+``q ≥ h``: that conditional is the ``q`` it is verified with, as for trimmed unconstrained drafts.
+An unfiltered invalid token carries ``q`` = a point mass and ``p = 0``: always rejected, and the
+token drawn instead comes from ``normalize(max(0, p − q)) = p``.
 
 Which samplers compose: only locally normalised ones — the masked sampler (``MaskedSampler``,
 any temperature/top-k/top-p). The acceptance rule reproduces a *per-token* distribution ``p``
@@ -80,6 +101,7 @@ __all__ = [
     "DraftModel",
     "PromptLookup",
     "ForcedTokens",
+    "GoodputController",
     "SpeculativeOutput",
     "speculative_decode",
     "resolve_draft",
@@ -89,6 +111,9 @@ __all__ = [
 _MAX_FORCED = 64
 #: the default sampling parameters (plain softmax at temperature 1)
 _DEFAULT_PARAMS = SamplingParams()
+#: the largest ``k`` ``"auto"`` drafts by default: E[k] grows by a^k per extra token, under 0.2
+#: beyond 8 tokens for a = 0.8, while each extra token costs a draft step and a verified row
+DEFAULT_MAX_SPECULATIVE_TOKENS = 8
 
 
 @dataclass(frozen=True)
@@ -155,12 +180,21 @@ class DraftModel:
 
     ``constrained=False`` drafts from the unmasked distribution and lets the check trim the draft
     at its first invalid token (its ``q`` is then conditioned on validity; see the module
-    docstring). ``calls`` counts the draft model's ``next_logits`` calls.
+    docstring). ``stop_below``: end the draft before a token whose draft probability is below
+    this (SpecDec++-style early stop: a low-confidence token is likely rejected and costs a verified
+    row; greedy drafts use the probability at temperature 1). ``calls`` counts the draft model's
+    ``next_logits`` calls.
     """
 
     lm: LanguageModel
     constrained: bool = True
     calls: int = 0
+    stop_below: float = 0.0
+
+    def __post_init__(self) -> None:
+        h = self.stop_below
+        if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0.0 <= h < 1.0:
+            raise ValueError(f"stop_below must be a probability in [0, 1), got {h!r}")
 
     def propose(self, context, matcher, k, params, generator, vocab):
         width, eos = vocab.logits_width, vocab.eos_token_ids
@@ -179,6 +213,8 @@ class DraftModel:
                 draft = self._draw(logits, matcher, width, params, generator)
             except NoAllowedToken:
                 break
+            if draft is None:  # stopped early: the draft model is unsure of this token
+                break
             drafts.append(draft)
             if not matcher.allows(draft.token):
                 break  # an invalid draft token (constrained=False): the caller's check trims it
@@ -188,23 +224,45 @@ class DraftModel:
                 break
         return drafts
 
-    def _draw(self, logits, matcher, width, params, generator) -> Draft:
+    def _draw(self, logits, matcher, width, params, generator) -> Draft | None:
+        """The next draft token and its ``q``; ``None`` when the early stop ends the draft here."""
+        h = self.stop_below
         if self.constrained:
             masked = _masked_logits(logits, matcher, width)
             if params.temperature == 0:
-                return Draft(_greedy(masked))
+                best = _greedy(masked)
+                return None if h and _confidence(masked, best) < h else Draft(best)
             q = _distribution(masked, params)
-            return Draft(sample_categorical(q, generator), q)
+            token = sample_categorical(q, generator)
+            if h and float(q[token]) < h:
+                return None
+            return Draft(token, _kept(q, h) if h else q)  # the law of a token that is not stopped
         if params.temperature == 0:
-            return Draft(int(torch.argmax(logits)))
+            best = int(torch.argmax(logits))
+            return None if h and _confidence(logits, best) < h else Draft(best)
         q = torch.softmax(process_logits(logits, params).double(), dim=-1).cpu()
         token = sample_categorical(q, generator)
         if not matcher.allows(token):
             return Draft(token)  # invalid: trimmed before verification
+        if h and float(q[token]) < h:
+            return None
         words = allocate_token_bitmask(1, width)
         matcher.fill_mask(words, 0)
         valid = q * torch.from_numpy(unpack_bits(words[0], width)).to(q.dtype)
-        return Draft(token, valid / valid.sum())  # the law of a draft token that passes the check
+        return Draft(token, _kept(valid, h))  # the law of a draft token that passes the check
+
+
+def _confidence(logits: torch.Tensor, token: int) -> float:
+    """``token``'s probability under ``softmax(logits)`` at temperature 1 (a greedy draft's score)."""
+    return float(torch.softmax(logits.double(), dim=-1)[token])
+
+
+def _kept(q: torch.Tensor, stop_below: float) -> torch.Tensor:
+    """``q`` renormalised over the tokens the early stop keeps (``q ≥ stop_below``): the law of a
+    draft token that reaches verification. The drawn token is kept, so the sum is positive."""
+    if stop_below:
+        q = torch.where(q >= stop_below, q, torch.zeros_like(q))
+    return q / q.sum()
 
 
 @dataclass
@@ -242,14 +300,133 @@ class ForcedTokens:
 
 
 @dataclass
+class GoodputController:
+    """Chooses each round's ``k`` (drafted tokens, forced runs aside) for one request: the ``k`` in
+    ``0..max_k`` with the most expected committed tokens per second (SmartSpec's goodput).
+
+    ``expected_tokens(k) = (1 − a^(k+1)) / (1 − a)`` (``k + 1`` at ``a = 1``): each draft token is
+    accepted with probability ``a`` while the ones before it were, plus the corrected or bonus
+    token. ``step_seconds(k) = target_s + k·target_row_s + k·draft_s``: a target call verifying
+    ``k`` drafts (forced ones are free: they add no scored row), and ``k`` draft steps. Every estimate is a field, so a caller (a test, a server
+    carrying estimates across requests) can set them; ``observe`` updates them after each round:
+    ``acceptance`` per verified draft token (an EMA with weight ``smoothing``; a token trimmed as
+    invalid counts as a rejection), ``draft_s`` per proposed token and the target's cost as a
+    least-squares line through the EMA of its time at each number of verified drafts
+    (``cost_smoothing``); ``measure_costs=False`` keeps the given costs and learns the acceptance
+    only. Until both costs are known it drafts ``start_k``.
+
+    ``choose`` is a small state machine: after ``probe_every`` rounds in a row at ``k = 0`` it
+    drafts one token, so a source that starts agreeing with the target is noticed (0: never).
+    Ties go to the smaller ``k``. Not thread-safe; one per request.
+    """
+
+    max_k: int = DEFAULT_MAX_SPECULATIVE_TOKENS
+    acceptance: float = 0.5
+    target_s: float | None = None
+    target_row_s: float = 0.0
+    draft_s: float | None = None
+    smoothing: float = 0.1
+    cost_smoothing: float = 0.3
+    probe_every: int = 8
+    start_k: int = 2
+    measure_costs: bool = True
+    _idle: int = field(default=0, repr=False)
+    _verify_s: dict[int, float] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("max_k", "probe_every", "start_k"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        for name in ("acceptance", "smoothing", "cost_smoothing"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+        for name in ("target_s", "draft_s", "target_row_s"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (int, float)) or value < 0):
+                raise ValueError(f"{name} must be seconds >= 0, got {value!r}")
+
+    def expected_tokens(self, k: int) -> float:
+        """Expected tokens one target call commits with ``k`` drafts at the current acceptance."""
+        a = self.acceptance
+        return float(k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
+
+    def step_seconds(self, k: int) -> float:
+        """Expected seconds of a round with ``k`` drafts (costs not yet measured count as 0)."""
+        return (self.target_s or 0.0) + k * (self.target_row_s + (self.draft_s or 0.0))
+
+    def goodput(self, k: int) -> float:
+        """Expected committed tokens per second with ``k`` drafts."""
+        seconds = self.step_seconds(k)
+        return self.expected_tokens(k) / seconds if seconds > 0 else float(k + 1)
+
+    def best_k(self) -> int:
+        """The ``k`` with the highest goodput (the smaller on ties), without probing."""
+        if self.target_s is None or self.draft_s is None:
+            return min(self.start_k, self.max_k)
+        return max(range(self.max_k + 1), key=lambda k: (self.goodput(k), -k))
+
+    def choose(self) -> int:
+        """This round's ``k``: ``best_k``, or a one-token probe after ``probe_every`` rounds at 0."""
+        k = self.best_k()
+        if k > 0:
+            self._idle = 0
+            return k
+        self._idle += 1
+        if self.probe_every and self.max_k > 0 and self._idle > self.probe_every:
+            self._idle = 0
+            return 1
+        return 0
+
+    def observe(self, *, proposed: int, accepted: int, rejected: bool, draft_s: float, verified: int,
+                verify_s: float, timed: bool = True) -> None:
+        """Update the estimates after a round: ``proposed`` source tokens (the trimmed one included)
+        took ``draft_s`` seconds; ``accepted`` of them were accepted, then one was ``rejected``
+        (or trimmed) or not; the target call verified ``verified`` drafts in ``verify_s``.
+        ``timed=False``: the timings are not typical (a prefill) and only the acceptance learns."""
+        w = self.smoothing
+        for _ in range(accepted):
+            self.acceptance += w * (1.0 - self.acceptance)
+        if rejected:
+            self.acceptance -= w * self.acceptance
+        if not (self.measure_costs and timed):
+            return
+        c = self.cost_smoothing
+        if proposed > 0:
+            per_token = draft_s / proposed
+            self.draft_s = per_token if self.draft_s is None else (1 - c) * self.draft_s + c * per_token
+        old = self._verify_s.get(verified)
+        self._verify_s[verified] = verify_s if old is None else (1 - c) * old + c * verify_s
+        self._fit_target()
+
+    def _fit_target(self) -> None:
+        points = sorted(self._verify_s.items())
+        if len(points) == 1:
+            n, t = points[0]
+            self.target_s = max(0.0, t - n * self.target_row_s)
+            return
+        mean_n = sum(n for n, _ in points) / len(points)
+        mean_t = sum(t for _, t in points) / len(points)
+        spread = sum((n - mean_n) ** 2 for n, _ in points)
+        slope = max(0.0, sum((n - mean_n) * (t - mean_t) for n, t in points) / spread)
+        self.target_row_s = slope
+        self.target_s = max(0.0, mean_t - slope * mean_n)
+
+
+@dataclass
 class SpeculativeOutput:
     """One sequence: generated tokens (EOS excluded), bytes, how it ended, and the counters.
 
     ``target_calls``: target ``next_logits`` calls; ``drafted``: draft tokens that reached
-    verification (after trimming; forced ones included), ``trimmed``: proposed tokens the grammar
-    refused (at most one per round, the draft is cut there), ``accepted``: drafts accepted,
-    ``forced_tokens``: forced drafts accepted; ``accepted_per_call``: tokens committed by each target call (accepted drafts
-    plus the corrected or bonus token). ``per_token_s``: seconds per round.
+    verification (after trimming; forced ones included), ``trimmed``: rounds whose proposal had an
+    invalid token (cut there; with ``filter_drafts=False`` sent to the target instead),
+    ``invalid_tokens``: proposed tokens from the first invalid one on (not verified when drafts
+    are filtered), ``accepted``: drafts accepted, ``forced_tokens``: forced drafts accepted;
+    ``accepted_per_call``: tokens committed by each target call (accepted drafts plus the
+    corrected or bonus token); ``k_per_call``: the ``k`` each round asked the source for.
+    ``per_token_s``: seconds per round; ``draft_s``/``verify_s``: seconds in the draft source and
+    in verification (target call, masks, acceptance), summed.
     """
 
     token_ids: list[int]
@@ -258,16 +435,37 @@ class SpeculativeOutput:
     target_calls: int = 0
     drafted: int = 0
     trimmed: int = 0
+    invalid_tokens: int = 0
     accepted: int = 0
     forced_tokens: int = 0
     accepted_per_call: list[int] = field(default_factory=list)
+    k_per_call: list[int] = field(default_factory=list)
     first_token_s: float | None = None
     per_token_s: list[float] = field(default_factory=list)
+    draft_s: float = 0.0
+    verify_s: float = 0.0
 
     @property
     def tokens_per_call(self) -> float:
         """Mean tokens committed per target call (1.0 is plain decoding)."""
         return sum(self.accepted_per_call) / len(self.accepted_per_call) if self.accepted_per_call else 0.0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted / verified source drafts (forced ones aside); None when none was verified."""
+        verified = self.drafted - self.forced_tokens
+        return (self.accepted - self.forced_tokens) / verified if verified else None
+
+
+def _controller(k: Any, max_k: int) -> GoodputController | None:
+    """``None`` for a fixed ``k``; a fresh ``GoodputController`` for ``"auto"``; a given one as is."""
+    if isinstance(k, GoodputController):
+        return k
+    if k == "auto":
+        return GoodputController(max_k=max_k)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"k (num_speculative_tokens) must be an int >= 0, 'auto' or a GoodputController, got {k!r}")
+    return None
 
 
 def speculative_decode(
@@ -277,18 +475,25 @@ def speculative_decode(
     prompt_ids: Sequence[int],
     matcher,
     *,
-    k: int = 4,
+    k: int | str | GoodputController = 4,
+    max_k: int = DEFAULT_MAX_SPECULATIVE_TOKENS,
     max_tokens: int = 256,
     params: SamplingParams = _DEFAULT_PARAMS,
     generator: torch.Generator | None = None,
+    filter_drafts: bool = True,
 ) -> SpeculativeOutput:
     """Generate one sequence from ``matcher``'s state (advanced in place) with ``draft`` proposing
     up to ``k`` tokens per target call; the output's law is masked sampling from ``target_lm``.
 
+    ``k``: an int, ``"auto"`` (a new ``GoodputController(max_k=max_k)`` adapts it each round) or a
+    ``GoodputController`` (used and updated as is). ``filter_drafts=False``: proposals reach the
+    target unchecked (a baseline; see the module docstring).
+
     Raises ``ValueError`` for bad arguments and ``NoAllowedToken`` where the grammar allows nothing.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise ValueError(f"k (num_speculative_tokens) must be an int >= 0, got {k!r}")
+    if isinstance(max_k, bool) or not isinstance(max_k, int) or max_k < 0:
+        raise ValueError(f"max_k (max_speculative_tokens) must be an int >= 0, got {max_k!r}")
+    controller = _controller(k, max_k)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
     if not callable(getattr(draft, "propose", None)):
@@ -319,13 +524,31 @@ def speculative_decode(
             out.finish_reason = "stop"
             break
         context = prompt + out.token_ids
-        drafts, trimmed = _draft(draft, context, matcher, min(k, remaining - 1), remaining - 1, params, generator, vocab)
-        out.trimmed += trimmed
-        committed = _verify(target_lm, context, matcher, drafts, width, params, generator, out)
+        round_k = controller.choose() if controller is not None else k
+        drafted = _draft(draft, context, matcher, min(round_k, remaining - 1), remaining - 1, params, generator,
+                         vocab, filter_drafts)
+        drafts = drafted.drafts
+        out.trimmed += drafted.invalid > 0
+        out.invalid_tokens += drafted.invalid
+        if out.target_calls == 0 and any(not d.forced for d in drafts):
+            # prefill the context alone first: a KV-caching model (HFCausalLM) then extends one
+            # cached row for every verified prefix instead of prefilling each of them in full
+            target_lm.next_logits([context])
+        verify_start = time.perf_counter()
+        from_source = out.accepted - out.forced_tokens
+        committed, rejected = _verify(target_lm, context, matcher, drafts, width, params, generator, out)
+        now = time.perf_counter()
+        if controller is not None:  # a trimmed (or unfiltered invalid) token is a rejection too
+            controller.observe(proposed=drafted.proposed, accepted=out.accepted - out.forced_tokens - from_source,
+                               rejected=rejected or drafted.invalid > 0, draft_s=drafted.seconds,
+                               verified=sum(not d.forced for d in drafts), verify_s=now - verify_start,
+                               timed=out.target_calls > 0)  # the first round pays the draft's prefill
         out.target_calls += 1
         out.drafted += len(drafts)
         out.accepted_per_call.append(len(committed))
-        now = time.perf_counter()
+        out.k_per_call.append(round_k)
+        out.draft_s += drafted.seconds
+        out.verify_s += now - verify_start
         if out.first_token_s is None:
             out.first_token_s = now - started
         out.per_token_s.append(now - last)
@@ -341,34 +564,57 @@ def speculative_decode(
     return out
 
 
-def _draft(source, context, matcher, k, room, params, generator, vocab) -> tuple[list[Draft], int]:
-    """The forced run (free, within ``room``) then up to ``k`` source tokens, checked on a fork;
-    and whether the source's draft was trimmed (1) or not (0)."""
+@dataclass
+class _Drafted:
+    """One round's drafts (forced run first) and what the source cost: ``proposed`` source tokens in
+    ``seconds``; ``invalid`` tokens from the first invalid one on (trimmed unless unfiltered)."""
+
+    drafts: list[Draft]
+    proposed: int = 0
+    invalid: int = 0
+    seconds: float = 0.0
+
+
+def _draft(source, context, matcher, k, room, params, generator, vocab, filter_drafts=True) -> _Drafted:
+    """The forced run (free, within ``room``) then up to ``k`` source tokens, checked on a fork."""
     fork = matcher.fork()
-    drafts = [Draft(t, None, forced=True) for t in fork.forced_tokens(min(room, _MAX_FORCED))]
-    for d in drafts:
+    out = _Drafted([Draft(t, None, forced=True) for t in fork.forced_tokens(min(room, _MAX_FORCED))])
+    for d in out.drafts:
         fork.advance(d.token)
-    k = min(k, room - len(drafts))
-    trimmed = 0
-    if k > 0 and not fork.is_terminated():
-        proposed = source.propose(context + [d.token for d in drafts], fork.fork(), k, params, generator, vocab)
-        for d in list(proposed)[:k]:
-            token = int(d.token)
-            if not fork.allows(token):
-                trimmed = 1  # trimmed at the first invalid token
-                break
+    k = min(k, room - len(out.drafts))
+    if k <= 0 or fork.is_terminated():
+        return out
+    start = time.perf_counter()
+    proposed = list(source.propose(context + [d.token for d in out.drafts], fork.fork(), k, params, generator,
+                                   vocab))[:k]
+    out.seconds = time.perf_counter() - start
+    out.proposed = len(proposed)
+    valid = True
+    for i, d in enumerate(proposed):
+        token = int(d.token)
+        if valid and not fork.allows(token):
+            valid = False
+            out.invalid = len(proposed) - i
+            if filter_drafts:
+                break  # trimmed at the first invalid token
+        if valid:
             forced = bool(d.forced) and fork.forced_tokens(1) == [token]  # trusted only when it is
             fork.advance(token)
-            drafts.append(Draft(token, d.q, forced))
-            if token in vocab.eos_token_ids:
-                break
-    return drafts, trimmed
+            out.drafts.append(Draft(token, d.q, forced))
+        else:  # unfiltered: verification rejects it (p = 0) and never reaches what follows
+            out.drafts.append(Draft(token, None))
+        if token in vocab.eos_token_ids:
+            break
+    return out
 
 
-def _verify(target_lm, context, matcher, drafts, width, params, generator, out) -> list[int]:
-    """The tokens this round commits: accepted drafts, then the corrected or bonus token."""
-    prefixes = [context + [d.token for d in drafts[:i]] for i in range(len(drafts) + 1)]
-    logits = target_lm.next_logits(prefixes)
+def _verify(target_lm, context, matcher, drafts, width, params, generator, out) -> tuple[list[int], bool]:
+    """The tokens this round commits (accepted drafts, then the corrected or bonus token), and
+    whether a draft was rejected."""
+    # forced drafts are accepted without reading their logits: score only the other positions
+    scored = [i for i, d in enumerate(drafts) if not d.forced] + [len(drafts)]
+    rows = target_lm.next_logits([context + [d.token for d in drafts[:i]] for i in scored])
+    logits = dict(zip(scored, rows))
     state = matcher.fork()
     committed: list[int] = []
     greedy = params.temperature == 0
@@ -384,7 +630,7 @@ def _verify(target_lm, context, matcher, drafts, width, params, generator, out) 
             best = _greedy(masked)
             if d.token != best:
                 committed.append(best)
-                return committed
+                return committed, True
         else:
             p = _distribution(masked, params)
             px = float(p[d.token])
@@ -392,15 +638,15 @@ def _verify(target_lm, context, matcher, drafts, width, params, generator, out) 
             ratio = px / qx if qx > 0 else 0.0
             if ratio < 1.0 and not float(uniforms(1, generator)[0]) < ratio:
                 committed.append(_residual(p, d, generator))
-                return committed
+                return committed, True
         out.accepted += 1
         committed.append(d.token)
         state.advance(d.token)
         if state.is_terminated():  # EOS accepted: no bonus
-            return committed
+            return committed, False
     masked = _masked_logits(logits[len(drafts)], state, width)
     committed.append(_greedy(masked) if greedy else sample_categorical(_distribution(masked, params), generator))
-    return committed
+    return committed, False
 
 
 def _residual(p: torch.Tensor, d: Draft, generator) -> int:
@@ -448,8 +694,11 @@ _COMPOSES = ("ASAp, AWRS and SMC reweight whole sequences (learnt future-validit
 def check_speculative_options(options: Any) -> None:
     """``generate``'s checks for ``draft_model=`` (``ValueError``/``TypeError`` saying why)."""
     k = options.num_speculative_tokens
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"num_speculative_tokens must be a positive int, got {k!r}")
+    if k != "auto" and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ValueError(f"num_speculative_tokens must be a positive int or 'auto', got {k!r}")
+    most = options.max_speculative_tokens
+    if isinstance(most, bool) or not isinstance(most, int) or most < 1:
+        raise ValueError(f"max_speculative_tokens must be a positive int, got {most!r}")
     if options.draft_model is None:
         return
     sampler = options.sampler

@@ -9,11 +9,25 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import diffusion_bench, dingo_bench, e2e, grammar_bench, infill_bench, maskbench, samplers_bench, serve_bench, testsuite
+from . import (
+    compile_profile,
+    diffusion_bench,
+    dingo_bench,
+    e2e,
+    grammar_bench,
+    infill_bench,
+    maskbench,
+    samplers_bench,
+    serve_bench,
+    speculative_bench,
+    testsuite,
+)
 
 #: (subcommand, module, one-line help); each module's docstring gives the subcommand's description
 BENCHMARKS = (
     ("grammars", grammar_bench, "compile + mask times and correctness on GBNF grammars and regexes"),
+    ("compile-profile", compile_profile,
+     "where compile time goes: per-phase times of each schema's compile and first mask"),
     ("maskbench", maskbench, "MaskBench: time to first mask, time between masks and exactness on JSON Schemas"),
     ("testsuite", testsuite, "JSON Schema Test Suite: passed/total per keyword file and engine"),
     ("samplers", samplers_bench,
@@ -23,6 +37,8 @@ BENCHMARKS = (
     ("dingo", dingo_bench, "DINGO on regular MaskBench schemas: token-DFA precompute and per-block DP times"),
     ("infill", infill_bench, "multi-region infilling of HumanEval-X C++ and MaskBench JSON: validity, checks, latency"),
     ("serve", serve_bench, "corral serve under concurrent load: req/s, tokens/s, TTFT, inter-token latency, batching gain"),
+    ("speculative", speculative_bench,
+     "constrained speculative decoding on held-out MaskBench schemas: tokens per target call, acceptance, speedup"),
 )
 
 

@@ -20,10 +20,11 @@ The prompt is the one ``engine.tiny`` trains on (``Schema: <compact schema>\\nJS
 truncated to fit the model's context with ``--max-tokens``. Decoding is greedy by default
 (``--temperature 0``); with a temperature, row ``i`` draws with seed ``--seed + i``.
 
-Schemas run one at a time in a worker process (``maskbench.run_tasks``: a schema past
+Schemas run one at a time in a worker process (``workers.run_tasks``: a schema past
 ``--timeout`` seconds is killed and recorded as ``timeout``, a dead worker as ``crash``, and the
-worker is replaced), single-threaded. Exceptions are recorded per schema (``error``), never end
-the run. Outputs (``--out``, default ``runs/e2e-<timestamp>``): ``results.jsonl`` (one line per
+worker is replaced), single-threaded; with ``--ray [ADDRESS]``, on one Ray actor per CPU of the
+cluster (``ray_pool``: each loads the model once), with the same limits and rows. Exceptions are
+recorded per schema (``error``), never end the run. Outputs (``--out``, default ``runs/e2e-<timestamp>``): ``results.jsonl`` (one line per
 schema), ``summary.json``, ``summary.md`` (also printed) and ``e2e.png`` (needs matplotlib, the
 ``bench`` extra: without it the run says so and lists it under ``skipped_outputs``).
 """
@@ -43,13 +44,16 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .maskbench import (
+    Executor,
     Task,
     WorkerConfig,
+    add_ray_argument,
     default_shared,
     list_cases,
     run_with_progress,
     select_sample,
     split_of,
+    worker_pool,
 )
 from . import outputs, report
 
@@ -434,8 +438,10 @@ def plot(rows: Sequence[Mapping], path: Path) -> dict[str, str]:
 
 
 def run_e2e(files: Sequence[Path], config: E2EConfig, out_dir: Path, *, timeout_s: float = 120.0,
-            progress: bool = True, meta: dict | None = None, mem_limit_bytes: int | None = None) -> dict:
-    """Generate for every file in one worker; write ``OUTPUTS`` (the plot only with matplotlib)."""
+            progress: bool = True, meta: dict | None = None, mem_limit_bytes: int | None = None,
+            workers: int = 1, executor: Executor | None = None) -> dict:
+    """Generate for every file on ``workers`` workers (one locally; under Ray, ``executor`` =
+    ``ray_pool.run_tasks``, one per CPU); write ``OUTPUTS`` (the plot only with matplotlib)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tasks = [Task(path.name, "jsonschemabench.e2e:E2EEngine", "jsonschemabench.e2e:run_schema",
                   {"path": str(path)}) for path in files]
@@ -457,8 +463,8 @@ def run_e2e(files: Sequence[Path], config: E2EConfig, out_dir: Path, *, timeout_
                 return f"{task.key}: {row['outcome']} {row.get('validity') or ''} {row.get('error') or ''}"
             return None
 
-        skipped = run_with_progress(tasks, worker, on_row, desc="e2e", workers=1, timeout_s=timeout_s,
-                                    progress=progress, notable=notable)
+        skipped = run_with_progress(tasks, worker, on_row, desc="e2e", workers=workers, timeout_s=timeout_s,
+                                    progress=progress, notable=notable, executor=executor)
     if skipped:
         raise RuntimeError(f"the e2e worker could not start: {next(iter(skipped.values()))}")
     for row in rows:  # a crash inside generate comes back from the pool as "crash" with a traceback
@@ -491,6 +497,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-unconstrained", action="store_true", help="skip the unconstrained baseline")
     parser.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
                         help="limit per schema, compilation and both generations included (120)")
+    add_ray_argument(parser)
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: runs/e2e-<timestamp>)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(run=main)
@@ -526,6 +533,12 @@ def main(args: argparse.Namespace) -> int:
     meta = {"command": " ".join(sys.argv), "data": str(data), "sample": args.sample, "split": args.split,
             "only": args.only,
             "cpu": report.cpu_name(), "started": datetime.now().isoformat(timespec="seconds")}
-    outputs.log(f"e2e: {len(files)} schemas, max_tokens {args.max_tokens}, timeout {args.timeout:g} s -> {out}")
-    summary = run_e2e(files, config, out, timeout_s=args.timeout, progress=not args.no_progress, meta=meta)
+    pool = worker_pool(args, default_workers=1, default_mem_limit=False)
+    where = ""
+    if pool.where != "local":
+        meta["pool"] = pool.where
+        where = f", {pool.workers} workers on a {pool.where}"
+    outputs.log(f"e2e: {len(files)} schemas, max_tokens {args.max_tokens}, timeout {args.timeout:g} s{where} -> {out}")
+    summary = run_e2e(files, config, out, timeout_s=args.timeout, progress=not args.no_progress, meta=meta,
+                      workers=pool.workers, executor=pool.run)
     return outputs.show_run(out, OUTPUTS, summary["meta"]["skipped_outputs"])

@@ -28,6 +28,8 @@ replaced, so a peer's segfault never ends the run. Workers are single-threaded
 ``perf_counter_ns`` and pause the garbage collector while timing; engines that cache compiled
 grammars across files have that cache disabled (see ``peers``). Each worker's address
 space is capped (``--mem-limit``, default min(40 GiB, RAM / workers); MaskBench used 40 GiB).
+With ``--ray [ADDRESS]`` the same tasks run on a Ray cluster's actors, one per CPU (``ray_pool``:
+the same task body, limits and rows; ``--resume`` works the same).
 
 Outputs (``--out``, default ``runs/maskbench-<timestamp>``): ``results.jsonl`` (one line per
 file × engine, written as results arrive, with every TBM sample), ``summary.json`` (per engine:
@@ -43,25 +45,19 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import multiprocessing
-import multiprocessing.connection
 import os
-import pickle
 import platform
 import random
-import signal
 import sys
 import time
-import traceback
-from collections import deque
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from . import outputs, report
+from .workers import THREAD_ENV, Executor, Pool, Task, WorkerConfig, WorkerState, default_mem_limit_gib, run_tasks
 
 __all__ = [
     "DEFAULT_ENGINES",
@@ -73,7 +69,11 @@ __all__ = [
     "run_case",
     "WorkerConfig",
     "Task",
+    "WorkerState",
+    "Executor",
     "run_tasks",
+    "Pool",
+    "worker_pool",
     "run_with_progress",
     "run_maskbench",
     "add_arguments",
@@ -82,14 +82,6 @@ __all__ = [
 
 DEFAULT_ENGINES = ("corral", "llguidance", "xgrammar", "outlines")
 OUTCOMES = ("pass", "compile_error", "validation_error", "invalidation_error", "timeout", "crash")
-THREAD_ENV = {
-    "RAYON_NUM_THREADS": "1",
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "NUMBA_NUM_THREADS": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
 MAX_FAILURE_NOTES = 3
 #: what a run writes to its folder, in the order the closing line lists them
 OUTPUTS = ("results.jsonl", "summary.json", "summary.md", "maskbench.png")
@@ -271,277 +263,27 @@ def run_case(engine: Any, tokenizer: Any, payload: dict, progress: Callable[[dic
 # --- worker pool: one process per worker, killed and replaced on timeout or death -------------
 
 
-@dataclass(frozen=True)
-class WorkerConfig:
-    """How a worker builds its state: ``tokenizer_loader`` (``module:function``) called with
-    ``tokenizer_arg``; engines are loaded by name on first use (``peers.load_engine``)."""
-
-    tokenizer_loader: str = "jsonschemabench.peers:load_bench_tokenizer"
-    tokenizer_arg: Any = None
-    mem_limit_bytes: int | None = None
-    warm_up: bool = True
-
-
-@dataclass
-class Task:
-    """One unit of work: ``function`` (``module:function``) called in a worker as
-    ``function(engine, tokenizer, payload, progress)`` and returning a record dict."""
-
-    key: Any
-    engine: str
-    function: str
-    payload: Any
-
-
-def _single_thread_env() -> None:
-    for name, value in THREAD_ENV.items():
-        os.environ[name] = value
-
-
-def _freeze_heap() -> None:
-    """Move everything alive now (tokenizer, engines, imported modules) out of the collector's reach.
-
-    Each task starts and ends with ``gc.collect()``; over a worker's set-up heap (a 128k-token
-    vocabulary, torch, transformers) one collection took ~140 ms, twice per task — most of a
-    full MaskBench run's wall time, none of it measured. Frozen objects are never freed, so only
-    set-up state is frozen; what a task builds is collected as before.
-    """
-    gc.collect()
-    gc.freeze()
-
-
-def _worker_main(conn, config: WorkerConfig) -> None:  # pragma: no cover - runs in a child process
-    _single_thread_env()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    if config.mem_limit_bytes:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (config.mem_limit_bytes, config.mem_limit_bytes))
-    from .peers import EngineUnavailable, load_engine, resolve, warm_up
-
-    tokenizer = None
-    engines: dict[str, Any] = {}
-    functions: dict[str, Callable] = {}
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message is None:
-            return
-        task_id, engine_spec, function_spec, payload = message
-        try:
-            if tokenizer is None:
-                tokenizer = resolve(config.tokenizer_loader)(config.tokenizer_arg)
-            engine = engines.get(engine_spec)
-            if engine is None:
-                engine = load_engine(engine_spec, tokenizer)
-                if "torch" in sys.modules:
-                    sys.modules["torch"].set_num_threads(1)
-                if config.warm_up:
-                    warm_up(engine, "json_schema", {"type": "integer"})
-                engines[engine_spec] = engine
-                _freeze_heap()
-            function = functions.get(function_spec)
-            if function is None:
-                function = functions[function_spec] = resolve(function_spec)
-        except EngineUnavailable as exc:
-            conn.send(("unavailable", task_id, str(exc)))
-            continue
-        except BaseException as exc:
-            conn.send(("done", task_id, {"outcome": "crash", "error": f"engine set-up failed: "
-                                         f"{type(exc).__name__}: {exc}"[:500]}))
-            continue
-        info = {"version": getattr(engine, "version", "unknown"), "options": getattr(engine, "options", {}),
-                "name": getattr(engine, "name", engine_spec)}
-        conn.send(("begin", task_id, info))
-        try:
-            record = function(engine, tokenizer, payload, lambda data: conn.send(("progress", task_id, data)))
-        except MemoryError:
-            record = {"outcome": "crash", "error": "out of memory (MemoryError)"}
-        except BaseException as exc:  # an engine bug is a result, not the end of the worker
-            tb = traceback.format_exc(limit=-3)
-            record = {"outcome": "crash", "error": f"{type(exc).__name__}: {exc}"[:500], "traceback": tb[-2000:]}
-        gc.collect()
-        conn.send(("done", task_id, record))
-
-
-def _death_message(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "worker vanished"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = f"signal {-exitcode}"
-        hint = " (out of memory?)" if name in ("SIGABRT", "SIGKILL") else ""
-        return f"worker killed by {name}{hint}"
-    return f"worker exited with status {exitcode}"
-
-
-class _Slot:
-    def __init__(self, ctx, config: WorkerConfig):
-        self.conn, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=_worker_main, args=(child, config), daemon=True)
-        self.process.start()
-        child.close()
-        self.task: Task | None = None
-        self.sent_at = 0.0
-        self.begun_at: float | None = None
-        self.progress: dict = {}
-        self.info: dict | None = None
-
-    def assign(self, task_id: int, task: Task) -> None:
-        self.task = task
-        self.task_id = task_id
-        self.sent_at = time.monotonic()
-        self.begun_at = None
-        self.progress = {}
-        self.info = None
-        try:
-            self.conn.send((task_id, task.engine, task.function, task.payload))
-        except OSError:  # the worker just died; the pool sees its sentinel and records a crash
-            pass
-
-    def kill(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(10)
-        self.conn.close()
-
-    def stop(self) -> None:
-        try:
-            self.conn.send(None)
-        except (OSError, BrokenPipeError):
-            pass
-        self.process.join(5)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(5)
-        self.conn.close()
-
-
-def run_tasks(
-    tasks: Iterable[Task],
-    config: WorkerConfig,
-    on_result: Callable[[Task, dict, dict | None], None],
-    *,
-    workers: int = 2,
-    timeout_s: float = 900.0,
-    load_timeout_s: float = 900.0,
-    on_unavailable: Callable[[str, str], None] | None = None,
-) -> None:
-    """Run ``tasks`` on ``workers`` spawned processes; call ``on_result(task, record, info)``.
-
-    ``record`` is the task function's dict, or ``{"outcome": "timeout" | "crash", "error": ...}``
-    merged with the last progress the task reported; ``info`` is the engine's name, version and
-    options (``None`` if the engine never started). The clock of ``timeout_s`` starts when the
-    worker has its engine ready; loading it has ``load_timeout_s``. When a worker finds an engine
-    not installed, ``on_unavailable(engine, message)`` is called and the engine's remaining tasks
-    are dropped without a result.
-    """
-    queue = deque(tasks)
-    if not queue:
-        return
-    _single_thread_env()  # inherited by the spawned workers
-    ctx = multiprocessing.get_context("spawn")
-    slots = [_Slot(ctx, config) for _ in range(max(1, min(workers, len(queue))))]
-    unavailable: set[str] = set()
-    next_id = 0
-
-    def finish(slot: _Slot, record: dict) -> None:
-        task = slot.task
-        slot.task = None
-        if record.get("outcome") in ("timeout", "crash"):
-            record = {**slot.progress, **record}
-        on_result(task, record, slot.info)
+def worker_pool(args: argparse.Namespace, *, default_workers: int = 2, default_mem_limit: bool = True) -> Pool:
+    """The local pool, or with ``--ray`` the Ray cluster (connected here, so that its CPU count,
+    one worker each, is known before the run). ``default_mem_limit``: the runner caps workers
+    when ``--mem-limit`` is not given (under Ray, per node: see ``ray_pool``)."""
+    workers = getattr(args, "workers", None)
+    if workers is not None and workers < 1:
+        raise SystemExit("--workers must be at least 1")
+    address = getattr(args, "ray", None)
+    if address is None:
+        return Pool(run_tasks, workers or default_workers)
+    from . import ray_pool
 
     try:
-        while True:
-            for index, slot in enumerate(slots):
-                if slot.task is None and queue:
-                    while queue and queue[0].engine in unavailable:
-                        queue.popleft()
-                    if not queue:
-                        break
-                    if not slot.process.is_alive():
-                        slot.kill()
-                        slots[index] = slot = _Slot(ctx, config)
-                    slot.assign(next_id, queue.popleft())
-                    next_id += 1
-            busy = [s for s in slots if s.task is not None]
-            if not busy:
-                break
-            now = time.monotonic()
-            deadlines = [(s.begun_at + timeout_s) if s.begun_at is not None else (s.sent_at + load_timeout_s)
-                         for s in busy]
-            wait_for = max(0.0, min(deadlines) - now)
-            multiprocessing.connection.wait([s.conn for s in busy] + [s.process.sentinel for s in busy],
-                                            timeout=wait_for)
-            for slot in busy:
-                index = slots.index(slot)
-                finished = False
-                while slot.task is not None:
-                    try:
-                        if not slot.conn.poll():
-                            break
-                        kind, task_id, data = slot.conn.recv()
-                    except (EOFError, OSError, ValueError, TypeError, AttributeError, ImportError,
-                            pickle.UnpicklingError):
-                        break  # a worker that died mid-message; handled below
-                    if task_id != slot.task_id:
-                        continue
-                    if kind == "begin":
-                        slot.begun_at = time.monotonic()
-                        slot.info = data
-                    elif kind == "progress":
-                        slot.progress.update(data)
-                    elif kind == "unavailable":
-                        engine = slot.task.engine
-                        slot.task = None
-                        if engine not in unavailable:
-                            unavailable.add(engine)
-                            if on_unavailable is not None:
-                                on_unavailable(engine, data)
-                        finished = True
-                    elif kind == "done":
-                        finish(slot, data)
-                        finished = True
-                if finished or slot.task is None:
-                    continue
-                if not slot.process.is_alive():
-                    slot.process.join(1)
-                    finish(slot, {"outcome": "crash", "error": _death_message(slot.process.exitcode)})
-                    slot.kill()
-                    slots[index] = _Slot(ctx, config)
-                    continue
-                now = time.monotonic()
-                if slot.begun_at is not None and now > slot.begun_at + timeout_s:
-                    slot.kill()
-                    finish(slot, {"outcome": "timeout", "error": f"no result within {timeout_s:g} s"})
-                    slots[index] = _Slot(ctx, config)
-                elif slot.begun_at is None and now > slot.sent_at + load_timeout_s:
-                    slot.kill()
-                    finish(slot, {"outcome": "crash", "error": f"engine set-up took over {load_timeout_s:g} s"})
-                    slots[index] = _Slot(ctx, config)
-    finally:
-        for slot in slots:
-            if slot.task is not None:
-                slot.kill()
-            else:
-                slot.stop()
+        cpus = ray_pool.connect(address or None)
+    except ModuleNotFoundError as exc:
+        raise SystemExit(str(exc)) from exc
+    node_cap = default_mem_limit and getattr(args, "mem_limit", None) is None
+    return Pool(ray_pool.executor(node_mem_limit=node_cap), workers or cpus, f"Ray cluster ({cpus} CPUs)")
 
 
 # --- the benchmark ---------------------------------------------------------------------------
-
-
-def default_mem_limit_gib(workers: int) -> float:
-    """min(40 GiB, physical memory / workers): MaskBench's cap, shrunk to fit this machine."""
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    except (ValueError, OSError, AttributeError):
-        return 40.0
-    return max(1.0, min(40.0, total / max(1, workers)))
 
 
 def _progress_bar(total: int, desc: str):
@@ -562,8 +304,9 @@ def run_with_progress(
     timeout_s: float,
     progress: bool = True,
     notable: Callable[[Task, dict], str | None] | None = None,
+    executor: Executor | None = None,
 ) -> dict[str, str]:
-    """``run_tasks`` behind a progress bar, as every runner drives it.
+    """``executor`` (default: the local pool, ``run_tasks``) behind a progress bar, as every runner drives it.
 
     ``on_row(task, record, info)`` stores one result and returns its row; ``notable(task, row)``
     gives a line to print above the bar, or ``None`` (default: timeouts and crashes). Returns the
@@ -593,7 +336,8 @@ def run_with_progress(
             bar.refresh()
 
     try:
-        run_tasks(tasks, config, on_result, workers=workers, timeout_s=timeout_s, on_unavailable=on_unavailable)
+        (executor or run_tasks)(tasks, config, on_result, workers=workers, timeout_s=timeout_s,
+                                on_unavailable=on_unavailable)
     finally:
         if bar is not None:
             bar.close()
@@ -612,12 +356,14 @@ def run_maskbench(
     meta: dict | None = None,
     corral_options: dict | None = None,
     resume: bool = False,
+    executor: Executor | None = None,
 ) -> dict:
     """Run every file on every engine; write ``OUTPUTS`` (the plot only with matplotlib).
 
     ``resume``: keep the rows an earlier, interrupted run of the same command left in
     ``out_dir/results.jsonl`` (a line cut off mid-write is dropped) and run only the (file,
     engine) pairs without one; engine versions come from ``engines.json`` beside it.
+    ``executor``: the local pool (default) or ``ray_pool.run_tasks``; rows and files are the same.
     Returns the summary (``report.summarize_maskbench``) with ``meta`` attached.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -654,7 +400,7 @@ def run_maskbench(
             keep(row)
 
         skipped = run_with_progress(tasks, config, on_row, desc="maskbench", workers=workers,
-                                    timeout_s=timeout_s, progress=progress)
+                                    timeout_s=timeout_s, progress=progress, executor=executor)
 
     order = [e for e in engines if e not in skipped]
     not_plotted = report.plot_maskbench(records, order, out_dir / "maskbench.png", timeout_s=timeout_s)
@@ -711,16 +457,18 @@ def available_engines(names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     return keep, skipped
 
 
-def start_run(args: argparse.Namespace) -> tuple[WorkerConfig, list[str], dict[str, str]]:
-    """The workers' set-up, the requested engines that are installed, and why the others are not.
+def start_run(args: argparse.Namespace) -> tuple[WorkerConfig, list[str], dict[str, str], Pool]:
+    """The workers' set-up, the requested engines that are installed, why the others are not,
+    and the pool that runs them (``worker_pool``: local, or the Ray cluster of ``--ray``).
 
     Exits with status 1 when none of them is installed.
     """
-    config = worker_config(args)
+    worker_config(args)  # a missing tokenizer or a bad --workers is said before a cluster is joined
     engines, skipped = available_engines(parse_engines(args.engines))
     if not engines:
         raise SystemExit("no engine available")
-    return config, engines, skipped
+    pool = worker_pool(args)
+    return worker_config(args, pool), engines, skipped, pool
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, engines: Sequence[str]) -> None:
@@ -730,11 +478,22 @@ def add_common_arguments(parser: argparse.ArgumentParser, engines: Sequence[str]
                         "(default: ../shared/vocab/ggml-vocab-llama-bpe.gguf)")
     parser.add_argument("--engines", default=",".join(engines),
                         help="comma-separated engines, in column order (default: %(default)s)")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker processes (default 2; with --ray, one per CPU of the cluster)")
     parser.add_argument("--mem-limit", type=float, default=None, metavar="GIB",
-                        help="address-space cap per worker in GiB (default: min(40, RAM / workers))")
+                        help="address-space cap per worker in GiB (default: min(40, RAM / workers)); with --ray, "
+                        "counted above the Ray worker's own address space, default min(40, node RAM / node CPUs)")
+    add_ray_argument(parser)
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: runs/<benchmark>-<timestamp>)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_ray_argument(parser: argparse.ArgumentParser) -> None:
+    """``--ray [ADDRESS]``: run the tasks on a Ray cluster instead of the local pool (``worker_pool``)."""
+    parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                        help="spread the tasks over a Ray cluster: at ADDRESS (e.g. ray://head:10001 or "
+                        "head:6379), or without one, RAY_ADDRESS's or a new local one (ray.init()); "
+                        "needs pip install \"corral[ray]\"")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -756,18 +515,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=main)
 
 
-def worker_config(args: argparse.Namespace) -> WorkerConfig:
+def worker_config(args: argparse.Namespace, pool: Pool | None = None) -> WorkerConfig:
+    """The workers' tokenizer and address-space cap; under Ray without ``--mem-limit`` the cap is
+    left to each node (``Pool`` of ``worker_pool``)."""
     tokenizer = args.tokenizer or default_shared("vocab", "ggml-vocab-llama-bpe.gguf")
     if not Path(tokenizer).exists():
         raise SystemExit(f"tokenizer not found: {tokenizer}")
-    if args.workers < 1:
+    workers = pool.workers if pool is not None else (args.workers if args.workers is not None else 2)
+    if workers < 1:
         raise SystemExit("--workers must be at least 1")
-    limit = args.mem_limit if args.mem_limit is not None else default_mem_limit_gib(args.workers)
+    if args.mem_limit is None and pool is not None and pool.where != "local":
+        return WorkerConfig(tokenizer_arg=str(tokenizer), mem_limit_bytes=None)
+    limit = args.mem_limit if args.mem_limit is not None else default_mem_limit_gib(workers)
     return WorkerConfig(tokenizer_arg=str(tokenizer), mem_limit_bytes=int(limit * 2**30) if limit > 0 else None)
 
 
-def run_meta(args: argparse.Namespace, config: WorkerConfig) -> dict:
-    return {
+def run_meta(args: argparse.Namespace, config: WorkerConfig, pool: Pool | None = None) -> dict:
+    meta = {
         "command": " ".join(sys.argv),
         "tokenizer": config.tokenizer_arg,
         "mem_limit_gib": (config.mem_limit_bytes or 0) / 2**30 or None,
@@ -776,25 +540,31 @@ def run_meta(args: argparse.Namespace, config: WorkerConfig) -> dict:
         "started": datetime.now().isoformat(timespec="seconds"),
         "single_thread": THREAD_ENV,
     }
+    if pool is not None and pool.where != "local":
+        meta["pool"] = pool.where
+        if config.mem_limit_bytes is None:
+            meta["mem_limit_gib"] = "min(40, node RAM / node CPUs) per Ray worker"
+    return meta
 
 
 def main(args: argparse.Namespace) -> int:
     """Run MaskBench with parsed ``args``; returns the process exit status."""
-    config, engines, skipped = start_run(args)
+    config, engines, skipped, pool = start_run(args)
     files = select_sample(list_cases(args.data or default_shared("jsonschemabench", "maskbench"), args.only),
                           args.sample, args.seed)
     if not files:
         outputs.log("no MaskBench files selected")
         return 1
     out = args.out or Path("runs") / f"maskbench-{datetime.now():%Y%m%d-%H%M%S}"
-    meta = run_meta(args, config) | {"sample": args.sample, "seed": args.seed,
+    meta = run_meta(args, config, pool) | {"sample": args.sample, "seed": args.seed,
                                       "data": str(args.data or default_shared("jsonschemabench", "maskbench")),
                                       "skipped": skipped}
-    outputs.log(f"maskbench: {len(files)} files x {len(engines)} engines, {args.workers} workers, "
+    where = "" if pool.where == "local" else f" on a {pool.where}"
+    outputs.log(f"maskbench: {len(files)} files x {len(engines)} engines, {pool.workers} workers{where}, "
                 f"timeout {args.timeout:g} s -> {out}")
     corral_options = {"property_order": args.property_order}
     meta["corral_options"] = corral_options
-    summary = run_maskbench(files, engines, out, config=config, workers=args.workers, timeout_s=args.timeout,
+    summary = run_maskbench(files, engines, out, config=config, workers=pool.workers, timeout_s=args.timeout,
                             progress=not args.no_progress, meta=meta, corral_options=corral_options,
-                            resume=args.resume)
+                            resume=args.resume, executor=pool.run)
     return outputs.show_run(out, OUTPUTS, summary["meta"]["skipped_outputs"])

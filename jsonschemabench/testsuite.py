@@ -40,7 +40,8 @@ of nested ``oneOf``s under ``unevaluatedProperties`` needs.
 The suite's draft 2020-12 main files hold 46 keyword files, 383 groups and 1,299 tests.
 
 Each (group, engine) runs in a worker process, as in ``maskbench`` (``--timeout`` per group,
-default 60 s; crashes are recorded, never fatal). Outputs (``--out``, default
+default 60 s; crashes are recorded, never fatal), or with ``--ray [ADDRESS]`` on a Ray cluster's
+actors (``ray_pool``), with the same limits and rows. Outputs (``--out``, default
 ``runs/testsuite-<timestamp>``): ``results.jsonl`` (one line per group × engine, every test's
 verdict), ``summary.json`` (passed/total per file and engine, totals, versions and options) and
 ``summary.md`` (the table, also printed).
@@ -56,6 +57,7 @@ from typing import Any, Callable, Sequence
 
 from . import outputs
 from .maskbench import (
+    Executor,
     Task,
     WorkerConfig,
     add_common_arguments,
@@ -154,8 +156,12 @@ def run_testsuite(
     progress: bool = True,
     meta: dict | None = None,
     corral_options: dict | None = None,
+    executor: Executor | None = None,
 ) -> dict:
-    """Run every group of every file on every engine; write results.jsonl, summary.json/.md."""
+    """Run every group of every file on every engine; write results.jsonl, summary.json/.md.
+
+    ``executor``: the local pool (default) or ``ray_pool.run_tasks``; rows and files are the same.
+    """
     if separators not in SEPARATORS:
         raise ValueError(f"separators must be one of {', '.join(SEPARATORS)}")
     from . import report
@@ -188,7 +194,7 @@ def run_testsuite(
             return row
 
         skipped = run_with_progress(tasks, config, on_row, desc="testsuite", workers=workers,
-                                    timeout_s=timeout_s, progress=progress)
+                                    timeout_s=timeout_s, progress=progress, executor=executor)
     order = [e for e in engines if e not in skipped]
     summary = report.summarize_testsuite(rows, order, engine_info)
     meta = dict(meta or {})
@@ -230,15 +236,16 @@ def main(args: argparse.Namespace) -> int:
     """Run the Test Suite with parsed ``args``; returns the process exit status."""
     import fnmatch
 
-    config, engines, skipped = start_run(args)
+    config, engines, skipped, pool = start_run(args)
     suite = args.suite or default_shared("json-schema-test-suite", "tests", "draft2020-12")
     files = [p for p in list_keyword_files(suite) if not args.only or fnmatch.fnmatch(p.name, args.only)]
     if not files:
         outputs.log("no keyword files selected")
         return 1
     out = args.out or Path("runs") / f"testsuite-{datetime.now():%Y%m%d-%H%M%S}"
-    meta = run_meta(args, config) | {"suite": str(suite), "skipped": skipped}
-    outputs.log(f"testsuite: {len(files)} keyword files x {len(engines)} engines, {args.workers} workers -> {out}")
+    meta = run_meta(args, config, pool) | {"suite": str(suite), "skipped": skipped}
+    outputs.log(f"testsuite: {len(files)} keyword files x {len(engines)} engines, {pool.workers} workers"
+                + ("" if pool.where == "local" else f" on a {pool.where}") + f" -> {out}")
     remotes = args.remotes or suite.resolve().parent.parent / "remotes"
     corral_options: dict = {"format_assertion": bool(args.format_assertion), "property_order": args.property_order,
                             "max_combinations": args.max_combinations}
@@ -246,7 +253,7 @@ def main(args: argparse.Namespace) -> int:
         corral_options["remotes"] = str(remotes)
     else:
         outputs.log(f"no remotes folder at {remotes}: remote $refs stay unresolved")
-    run_testsuite(files, engines, out, config=config, workers=args.workers, timeout_s=args.timeout,
+    run_testsuite(files, engines, out, config=config, workers=pool.workers, timeout_s=args.timeout,
                   separators=args.separators, progress=not args.no_progress, meta=meta,
-                  corral_options=corral_options)
+                  corral_options=corral_options, executor=pool.run)
     return outputs.show_run(out, ("results.jsonl", "summary.json", "summary.md"))

@@ -27,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = ServerConfig(model="")
     p = argparse.ArgumentParser(prog="corral serve", description="Serve a model with an OpenAI-compatible API "
                                 "and structured outputs (JSON Schema, regex, GBNF, Lark, choices, tool calls).")
-    p.add_argument("--model", required=True, metavar="PATH_OR_ID", help="transformers model folder or hub id")
+    p.add_argument("--model", required=True, metavar="PATH_OR_ID", help="transformers model folder or hub id: a causal LM, or a masked-diffusion model "
+                   "(*ForMaskedLM, LLaDA, Dream; told apart by its config)")
     p.add_argument("--served-model-name", dest="model_name", metavar="NAME",
                    help="model id clients send (default: the model folder's name)")
     p.add_argument("--tokenizer", metavar="PATH", help="tokenizer folder or file (default: the model's)")

@@ -3,7 +3,8 @@
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (both streaming with
 ``"stream": true``: server-sent events ending with ``data: [DONE]``), ``GET /v1/models``,
 ``GET /v1/models/{id}``, ``GET /health`` (no key needed; counters of the scheduler and the compile
-cache) and ``POST /infill`` (answered by ``engine.infill`` when the engine has it, 501 until then).
+cache) and ``POST /infill`` (``engine.infill``: token by token with a causal model, all holes in one
+canvas with a masked-diffusion model).
 
 Every request body is read with a size cap (413), parsed (400 with line and column), validated
 against ``server.protocol`` (400 naming the field), checked against the server's bounds (400 or
@@ -140,7 +141,7 @@ def create_app(config: ServerConfig, runtime: Runtime | None = None) -> FastAPI:
         if runtime_ is None:
             return JSONResponse({"status": "loading"}, status_code=503)
         body = {"status": "shutting_down" if runtime_.closing else "ok", "model": runtime_.model_name,
-                **runtime_.scheduler.snapshot(), "compile_cache": runtime_.compiles.stats()}
+                "model_kind": "diffusion" if runtime_.diffusion else "causal", **runtime_.scheduler.snapshot(), "compile_cache": runtime_.compiles.stats()}
         return JSONResponse(body, status_code=200 if body["worker_alive"] and not runtime_.closing else 503)
 
     @app.get("/v1/models")
@@ -700,8 +701,17 @@ async def _infill(req: InfillRequest, config: ServerConfig, runtime: Runtime):
         raise ApiError(501, "infilling is not available in this build: the engine has no infill()",
                        code="not_implemented")
     grammar: Any = req.grammar if spec is None else await _compile(runtime, spec)
+    if req.steps is not None and not runtime.diffusion:
+        raise ApiError(400, "steps applies to masked-diffusion models; this model writes the holes token by token",
+                       param="steps", code="invalid_value")
+    if req.steps is not None and req.steps > config.max_tokens_limit:
+        raise ApiError(400, f"steps is {req.steps}; the limit is {config.max_tokens_limit}", param="steps",
+                       code="invalid_value")
+    # a diffusion model fills every hole in one canvas in its own forward passes; a causal model's
+    # steps join the scheduler's batch
+    model = runtime.lm if runtime.diffusion else ScheduledLM(runtime.scheduler)
     kwargs: dict[str, Any] = {
-        "model": ScheduledLM(runtime.scheduler), "tokenizer": runtime.vocab, "compiler": runtime.compiler,
+        "model": model, "tokenizer": runtime.vocab, "compiler": runtime.compiler, "steps": req.steps,
         "grammar": grammar, "max_tokens_per_hole": per_hole, "seed": req.seed, "prompt": context,
         "temperature": 1.0 if req.temperature is None else req.temperature,
         "top_p": 1.0 if req.top_p is None else req.top_p, "fim": runtime.fim_tokens(),

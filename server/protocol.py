@@ -299,6 +299,8 @@ class InfillRequest(_Strict):
     seed: int | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
+    #: model calls for a masked-diffusion model's canvas (default: one per masked position)
+    steps: int | None = Field(default=None, ge=1)
 
 
 def validate(model: type[BaseModel], data: dict[str, Any]) -> Any:

@@ -9,6 +9,13 @@ worker thread; ``close()`` stops it (what is still running fails with 503) and t
 go through the scheduler's continuous batch; SMC, a sequence-level sampler that runs its own
 loop, runs in a small thread pool and borrows the batch for its forward passes
 (``ScheduledLM``), so its particles share steps with every other sequence.
+
+A masked-diffusion model (``*ForMaskedLM``, LLaDA, Dream: ``engine.generate.load_model`` tells
+them apart by their config) is served too: each sequence is one canvas of ``max_tokens``
+positions decoded by ``engine.diffusion`` (DINGO for regular constraints, completability checks
+otherwise) in the same thread pool, with the masked sampler only; ``/infill`` writes all holes of
+a request in one canvas. Canvases are not batched across requests (each runs its own forward
+passes), and a stream delivers the text when the canvas is done, in one chunk.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from typing import Any
 import torch
 
 from engine.closing import BudgetClosing, ClosingPlanner
-from engine.generate import load_model, load_vocabulary, resolve_sampler
+from engine.generate import _is_diffusion_model, load_model, load_vocabulary, resolve_sampler
 from engine.lm import HFCausalLM, LanguageModel
 from grammars import CompiledGrammar, Compiler, TokenVocabulary, UnconstrainedMatcher
 from samplers import MaskedSampler, SamplingParams
@@ -49,6 +56,9 @@ __all__ = ["Runtime", "Generation", "SAMPLERS"]
 log = logging.getLogger("server.runtime")
 
 SAMPLERS = ("masked", "asap", "awrs", "smc")
+
+#: model calls per canvas of a masked-diffusion model (fewer than positions: several per step)
+DIFFUSION_STEPS = 64
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,10 @@ class Runtime:
         self._samplers: dict[tuple, Any] = {}
         self._samplers_lock = threading.Lock()
         self._sequence_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="corral-smc")
+        #: a masked-diffusion model: requests decode canvases (``engine.diffusion``), not token steps
+        self.diffusion = _is_diffusion_model(lm)
+        self._pool_waiting = 0  # sequences submitted to the pool and not finished (bounded by max_queued)
+        self._pool_lock = threading.Lock()
         self.closing = False
 
     @classmethod
@@ -99,6 +113,7 @@ class Runtime:
         if config.threads is not None:
             torch.set_num_threads(config.threads)
         lm, tok_source = load_model(config.model, config.tokenizer, device=config.device, dtype=config.dtype)
+        # (a masked-diffusion checkpoint gives an ``HFMaskedDiffusionLM``: see the module docstring)
         if config.last_logits_only and isinstance(lm, HFCausalLM):
             _keep_last_logits_only(lm.model)
         vocab = load_vocabulary(tok_source, lm)
@@ -176,6 +191,8 @@ class Runtime:
         429 when the queue is full and 503 when the server is shutting down."""
         if self.closing:
             raise ApiError(503, "the server is shutting down", code="shutting_down")
+        if self.diffusion:
+            return self._submit_diffusion(gen, sink)
         sampler = self.sampler(gen.sampler, gen.params)
         budget = gen.max_tokens if gen.grammar is not None else None
         specs = []
@@ -199,15 +216,69 @@ class Runtime:
         except ShuttingDown:
             raise ApiError(503, "the server is shutting down", code="shutting_down") from None
 
+    def _submit_diffusion(self, gen: Generation, sink) -> Ticket:
+        if gen.sampler != "masked":
+            raise ApiError(400, f"sampler {gen.sampler!r} needs an autoregressive model; {self.model_name} is a "
+                           "masked-diffusion model, which decodes with the masked sampler", param="sampler",
+                           code="invalid_value")
+        self._reserve(gen.total)
+        specs = [SequenceSpec(prompt, gen.grammar, None, None,
+                              None if gen.seed is None else gen.seed + p * gen.n + j,
+                              RowOptions(max_tokens=gen.max_tokens, stop=gen.stop))
+                 for p, prompt in enumerate(gen.prompts) for j in range(gen.n)]
+        ticket = Ticket(specs, sink)
+        self._sequence_pool.submit(self._run_diffusion, ticket, gen.params)
+        return ticket
+
+    def _reserve(self, count: int) -> None:
+        """Count ``count`` sequences into the pool's queue, or refuse with 429 past ``max_queued``."""
+        with self._pool_lock:
+            if self._pool_waiting + count > self.config.max_queued:
+                raise ApiError(429, f"the server is busy: {self._pool_waiting} sequences are waiting; retry later",
+                               code="server_overloaded")
+            self._pool_waiting += count
+
+    def _run_diffusion(self, ticket: Ticket, params: SamplingParams) -> None:
+        """Each sequence of ``ticket`` as one canvas (see the module docstring)."""
+        try:
+            self._run_sequences(ticket, lambda spec: self.diffusion_sequence(spec, params.temperature))
+        finally:
+            with self._pool_lock:
+                self._pool_waiting -= len(ticket.specs)
+
+    def diffusion_sequence(self, spec: SequenceSpec, temperature: float) -> dict[str, Any]:
+        """One canvas of ``spec.options.max_tokens`` positions after ``spec.prompt``: the result dict
+        the sinks take (``finish`` "stop" when the text is complete: a constraint's canvas always
+        closes, an unconstrained one when the model wrote EOS; "length" otherwise)."""
+        from engine.diffusion import diffusion_decode
+
+        generator = None if spec.seed is None else torch.Generator().manual_seed(int(spec.seed))
+        length = spec.options.max_tokens
+        out = diffusion_decode(self.lm, self.vocab, list(spec.prompt) or [min(self.vocab.eos_token_ids)], spec.grammar,
+                               canvas_length=length, steps=min(length, DIFFUSION_STEPS), temperature=temperature,
+                               generator=generator)
+        text = out.text.decode("utf-8", errors="replace")
+        finish = "stop" if spec.grammar is not None or len(out.token_ids) < length else "length"
+        cut = min((i for i in (text.find(s) for s in spec.options.stop) if i >= 0), default=-1)
+        if cut >= 0:  # a stop string ends the text as in autoregressive decoding (it is not included)
+            text, finish = text[:cut], "stop_string"
+        return {"finish": finish, "error": None, "text": text, "token_ids": list(out.token_ids),
+                "completion_tokens": len(out.token_ids)}
+
     def _run_smc(self, ticket: Ticket, sampler: Any) -> None:
         """Each sequence of ``ticket`` with SMC, its forward passes batched by the scheduler."""
         lm = ScheduledLM(self.scheduler, lambda: ticket.cancelled)
+        self._run_sequences(ticket, lambda spec: _smc_sequence(sampler, lm, self.vocab, spec))
+
+    def _run_sequences(self, ticket: Ticket, run_one: Any) -> None:
+        """The sequences of ``ticket`` one after another in this pool thread, each ``run_one(spec)``'s
+        result dict (or its exception, as that choice's error) sent to the ticket's sink."""
         for index, spec in enumerate(ticket.specs):
-            if ticket.cancelled:
+            if ticket.cancelled or self.closing:
                 return
             events: list[Event]
             try:
-                result = _smc_sequence(sampler, lm, self.vocab, spec)
+                result = run_one(spec)
                 events = [("delta", index, result["text"])] if result["text"] else []
                 events.append(("done", index, result))
             except Exception as exc:  # noqa: BLE001 - reported to the client as this choice's error
@@ -219,7 +290,6 @@ class Runtime:
                 ticket.sink(events)
             except Exception:  # noqa: BLE001 - a sink whose loop is gone
                 return
-
 
 def _smc_sequence(sampler: Any, lm: ScheduledLM, vocab: TokenVocabulary, spec: SequenceSpec) -> dict[str, Any]:
     """One sequence from a sequence-level sampler (``engine.generate`` does the same for one prompt)."""

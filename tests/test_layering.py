@@ -1,7 +1,7 @@
-"""The import direction ``grammars <- samplers <- engine <- server <- jsonschemabench``, the layers
+"""The import direction ``grammars <- samplers <- engine <- server | integrations <- jsonschemabench``, the layers
 inside ``grammars``, and no import cycle anywhere, checked with ``ast``.
 
-Every ``.py`` file under the five packages is parsed (not imported), and every import in it —
+Every ``.py`` file under the six packages is parsed (not imported), and every import in it —
 ``import x``, ``from x import y``, relative ``from ..x import y``, imports inside functions or
 ``if TYPE_CHECKING:`` blocks, and ``importlib.import_module("x")`` / ``__import__("x")`` with a
 literal name — is resolved to an absolute module name and checked against ``FORBIDDEN``,
@@ -17,15 +17,17 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("grammars", "samplers", "engine", "server", "jsonschemabench")
+PACKAGES = ("grammars", "samplers", "engine", "server", "integrations", "jsonschemabench")
 
 # package -> top-level modules it must not import (the web stack stays in ``server``: ``engine``
 # reaches ``corral serve`` through a subprocess, as it reaches the benchmarks)
 FORBIDDEN: dict[str, frozenset[str]] = {
-    "grammars": frozenset({"samplers", "engine", "server", "jsonschemabench", "torch", "fastapi", "uvicorn"}),
-    "samplers": frozenset({"engine", "server", "jsonschemabench", "fastapi", "uvicorn"}),
-    "engine": frozenset({"server", "jsonschemabench", "fastapi", "uvicorn"}),
-    "server": frozenset({"jsonschemabench"}),
+    "grammars": frozenset({"samplers", "engine", "server", "integrations", "jsonschemabench", "torch", "fastapi", "uvicorn"}),
+    "samplers": frozenset({"engine", "server", "integrations", "jsonschemabench", "fastapi", "uvicorn"}),
+    "engine": frozenset({"server", "integrations", "jsonschemabench", "fastapi", "uvicorn"}),
+    "server": frozenset({"integrations", "jsonschemabench"}),
+    # the engines' plugins build on grammars and engine; nothing of corral's imports them
+    "integrations": frozenset({"server", "jsonschemabench"}),
     "jsonschemabench": frozenset(),
 }
 

@@ -169,3 +169,30 @@ def test_a_random_model_under_the_cpp_grammar_writes_only_cpp(vocab):
     result = diffusion_decode(random_lm(vocab.logits_width, 3), vocab, [EOS], grammar, canvas_length=8, steps=4,
                               mode="infill")
     assert grammar.completable([result.text]), result.text
+
+
+class _EveryThirdCheckUndecided:
+    """A compiled grammar whose every third completability check runs out of its ``Limits``."""
+
+    def __init__(self, grammar):
+        self._grammar, self.calls = grammar, 0
+
+    def __getattr__(self, name):
+        return getattr(self._grammar, name)
+
+    def completable(self, parts, **kwargs):
+        from grammars import LimitExceeded
+
+        self.calls += 1
+        if self.calls % 3 == 0:
+            raise LimitExceeded("max_infill_items", 1)
+        return self._grammar.completable(parts, **kwargs)
+
+
+def test_a_check_past_its_limits_refuses_the_proposal_and_decoding_goes_on(vocab):
+    grammar = Compiler(vocab).compile_gbnf(RECORDS)
+    flaky = _EveryThirdCheckUndecided(grammar)
+    result = diffusion_decode(random_lm(vocab.logits_width, 7), vocab, [EOS], flaky, canvas_length=16, steps=8,
+                              mode="infill", temperature=1.0, generator=torch.Generator().manual_seed(7))
+    assert result.undecided == flaky.calls // 3 > 0
+    assert grammar.completable([result.text]), result.text  # never accepted unverified

@@ -4,7 +4,10 @@ Scripted target and draft models over a seven-token vocabulary and a grammar who
 small enough to enumerate: greedy speculative output equals greedy token-by-token decoding for
 every draft source; sampled outputs follow the exact masked distribution of the target (χ² over
 10,000 draws) with drafts that disagree with the target, propose invalid tokens, or are
-deterministic; an invalid first draft token is trimmed before verification.
+deterministic; an invalid first draft token is trimmed before verification. The same holds with
+the speculation length adapted per round (``k="auto"``, ``GoodputController``), with the draft
+model's early stop (``stop_below``) and with unfiltered drafts (invalid tokens rejected by the
+target instead of trimmed); the controller itself is tested with injected acceptance and costs.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from engine import (
     generate,
     speculative_decode,
 )
+from engine.speculative import GoodputController
 from grammars import Compiler, TokenVocabulary
 from samplers import SamplingParams
 from samplers.enumerate import (
@@ -243,3 +247,155 @@ def test_hf_target_and_draft_greedy_identical(tiny_gpt2, gpt2_vocab):
         fast = generate("A list: [true, null, 7, abc]. Another: ", draft_model=draft, num_speculative_tokens=3,
                         **options)
         assert fast.token_ids == plain.token_ids and fast.finish_reason == plain.finish_reason
+
+
+# --- adaptive speculation length ("auto"), early stop, unfiltered drafts --------------------------
+
+
+def test_controller_expected_tokens_and_goodput():
+    c = GoodputController(max_k=6, acceptance=0.5, target_s=1.0, draft_s=0.25)
+    assert c.expected_tokens(0) == 1.0
+    assert c.expected_tokens(2) == pytest.approx(1 + 0.5 + 0.25)
+    assert GoodputController(acceptance=1.0).expected_tokens(3) == 4.0
+    assert c.step_seconds(3) == pytest.approx(1.75)
+    assert c.goodput(2) == pytest.approx(1.75 / 1.5)
+
+
+def test_controller_picks_zero_when_drafts_are_rejected_and_max_when_accepted():
+    costs = {"target_s": 0.010, "target_row_s": 0.001, "draft_s": 0.003}
+    assert GoodputController(max_k=8, acceptance=0.02, **costs).best_k() == 0
+    assert GoodputController(max_k=8, acceptance=0.99, **costs).best_k() == 8
+    middle = GoodputController(max_k=8, acceptance=0.7, **costs).best_k()
+    assert 0 < middle < 8
+    # free drafts (prompt lookup) and free verification rows: draft as much as allowed
+    assert GoodputController(max_k=5, acceptance=0.3, target_s=0.01, draft_s=0.0).best_k() == 5
+    # drafts as dear as the target: never worth it below a = 0.5 (E[1] = 1 + a for twice the time)
+    assert GoodputController(max_k=8, acceptance=0.45, target_s=1.0, draft_s=1.0).best_k() == 0
+
+
+def test_controller_learns_acceptance_and_costs_from_rounds():
+    c = GoodputController(max_k=8, acceptance=0.5, smoothing=0.2)
+    assert c.choose() == c.start_k  # nothing measured yet
+    for _ in range(30):  # every draft accepted; the target costs 10 ms + 1 ms per verified draft
+        c.observe(proposed=4, accepted=4, rejected=False, draft_s=0.004, verified=4, verify_s=0.014)
+        c.observe(proposed=1, accepted=1, rejected=False, draft_s=0.001, verified=1, verify_s=0.011)
+    assert c.acceptance > 0.99
+    assert c.draft_s == pytest.approx(0.001) and c.target_s == pytest.approx(0.010)
+    assert c.target_row_s == pytest.approx(0.001)
+    assert c.choose() == 8
+    for _ in range(40):  # now every first draft is rejected
+        c.observe(proposed=2, accepted=0, rejected=True, draft_s=0.002, verified=2, verify_s=0.012)
+    assert c.acceptance < 0.01
+    ks = [c.choose() for _ in range(2 * (c.probe_every + 1))]
+    assert ks.count(1) == 2 and set(ks) == {0, 1}  # a one-token probe after probe_every idle rounds
+    frozen = GoodputController(target_s=1.0, draft_s=0.5, measure_costs=False)
+    frozen.observe(proposed=1, accepted=1, rejected=False, draft_s=9.0, verified=1, verify_s=9.0)
+    assert (frozen.target_s, frozen.draft_s) == (1.0, 0.5) and frozen.acceptance > 0.5
+
+
+def test_controller_checks_its_fields():
+    with pytest.raises(ValueError, match="max_k"):
+        GoodputController(max_k=-1)
+    with pytest.raises(ValueError, match="acceptance"):
+        GoodputController(acceptance=1.5)
+    with pytest.raises(ValueError, match="draft_s"):
+        GoodputController(draft_s=-1.0)
+    with pytest.raises(ValueError, match="stop_below"):
+        DraftModel(ScriptedLM(7, [{}]), stop_below=1.0)
+
+
+@pytest.mark.parametrize("name", ["draft_model", "draft_model_unconstrained", "prompt_lookup", "forced"])
+@pytest.mark.parametrize("seed", [1, 4, 5])
+def test_greedy_auto_equals_token_by_token(vocab, compiled, name, seed):
+    target, _ = scripted(vocab, seed=seed)
+    expected = generate(PROMPT, model=target, tokenizer=vocab, regex=REGEX, temperature=0, max_tokens=16)
+    for k in ("auto", GoodputController(max_k=3, acceptance=0.9, target_s=1.0, draft_s=0.2)):
+        out = speculative_decode(target, sources(vocab)[name], vocab, PROMPT, compiled.matcher(), k=k, max_k=5,
+                                 max_tokens=16, params=SamplingParams(temperature=0))
+        assert out.token_ids == expected.token_ids and out.finish_reason == expected.finish_reason == "stop"
+        assert len(out.k_per_call) == out.target_calls and max(out.k_per_call) <= 5
+
+
+def test_greedy_early_stop_and_unfiltered_equal_token_by_token(vocab, compiled):
+    target, _ = scripted(vocab, seed=4)
+    expected = generate(PROMPT, model=target, tokenizer=vocab, regex=REGEX, temperature=0, max_tokens=16)
+    draft = DraftModel(scripted(vocab, seed=2)[0], stop_below=0.5)
+    out = speculative_decode(target, draft, vocab, PROMPT, compiled.matcher(), k=4, max_tokens=16,
+                             params=SamplingParams(temperature=0))
+    assert out.token_ids == expected.token_ids
+    wrong, _ = scripted(vocab, seed=3, bias={X: 50.0})  # always "x": invalid
+    for source in (DraftModel(wrong, constrained=False), PromptLookup()):
+        kept = speculative_decode(target, source, vocab, PROMPT, compiled.matcher(), k=4, max_tokens=16,
+                                  params=SamplingParams(temperature=0))
+        sent = speculative_decode(target, source, vocab, PROMPT, compiled.matcher(), k=4, max_tokens=16,
+                                  params=SamplingParams(temperature=0), filter_drafts=False)
+        assert kept.token_ids == sent.token_ids == expected.token_ids
+        assert sent.invalid_tokens > 0 and sent.trimmed > 0
+        # unfiltered, the invalid tokens reach the target and are rejected there: the same rounds,
+        # with the invalid tokens (and what followed them) as extra verified rows
+        assert sent.drafted - kept.drafted == sent.invalid_tokens == kept.invalid_tokens
+        assert (sent.accepted, sent.target_calls) == (kept.accepted, kept.target_calls)
+
+
+def test_generate_accepts_auto_and_checks_the_maximum(vocab):
+    target, _ = scripted(vocab, seed=4)
+    plain = generate(PROMPT, model=target, tokenizer=vocab, regex=REGEX, temperature=0)
+    fast = generate(PROMPT, model=target, tokenizer=vocab, regex=REGEX, temperature=0,
+                    draft_model=DraftModel(scripted(vocab, seed=2)[0]), num_speculative_tokens="auto",
+                    max_speculative_tokens=3)
+    assert fast.token_ids == plain.token_ids and fast.finish_reason == plain.finish_reason
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
+        generate(PROMPT, model=target, tokenizer=vocab, regex=REGEX, draft_model="prompt_lookup",
+                 num_speculative_tokens="fast")
+    with pytest.raises(ValueError, match="max_speculative_tokens"):
+        generate(PROMPT, model=target, tokenizer=vocab, regex=REGEX, draft_model="prompt_lookup",
+                 num_speculative_tokens="auto", max_speculative_tokens=0)
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
+        speculative_decode(target, ForcedTokens(), vocab, PROMPT, Compiler(vocab).compile_regex(REGEX).matcher(),
+                           k="fast")
+
+
+def _adaptive_pvalue(vocab, compiled, make_source, params, seed, filter_drafts=True):
+    """χ² p-value of sampled outputs when each sequence gets a fresh controller whose k follows
+    the measured acceptance (costs fixed, so the choices are reproducible), and the k used."""
+    target, target_fn = scripted(vocab, seed=1)
+    exact = exact_masked(target_fn, compiled.matcher(), vocab.logits_width, params=params)
+    generator = torch.Generator().manual_seed(seed)
+    counts: Counter = Counter()
+    ks: Counter = Counter()
+    for _ in range(N):
+        controller = GoodputController(max_k=4, acceptance=0.5, target_s=1.0, draft_s=0.4, smoothing=0.3,
+                                       measure_costs=False, probe_every=2)
+        out = speculative_decode(target, make_source(), vocab, PROMPT, compiled.matcher(), k=controller,
+                                 max_tokens=16, params=params, generator=generator, filter_drafts=filter_drafts)
+        assert out.finish_reason == "stop"
+        counts[tuple(out.token_ids) + (EOS,)] += 1
+        ks.update(out.k_per_call)
+    return chisquare_pvalue(counts, exact), ks
+
+
+@pytest.mark.statistical
+@pytest.mark.slow
+def test_sampled_with_adaptive_k_is_the_target_distribution(vocab, compiled):
+    draft, _ = scripted(vocab, seed=2)
+    p, ks = _adaptive_pvalue(vocab, compiled, lambda: DraftModel(draft), SamplingParams(), seed=3)
+    assert ks[0] > 0 and ks[1] > 0 and max(ks) >= 2  # k really changed along the sequences
+    assert p > 0.01
+
+
+@pytest.mark.statistical
+@pytest.mark.slow
+def test_sampled_with_early_stop(vocab, compiled):
+    draft, _ = scripted(vocab, seed=2)
+    p, drafted, accepted, _ = _pvalue(vocab, compiled, DraftModel(draft, stop_below=0.3), SamplingParams(), seed=4)
+    assert 0 < accepted < drafted
+    assert p > 0.01
+
+
+@pytest.mark.statistical
+@pytest.mark.slow
+def test_sampled_with_unfiltered_drafts_and_adaptive_k(vocab, compiled):
+    bad, _ = scripted(vocab, seed=3, bias={X: 1.5})  # often drafts "x": sent to the target, rejected there
+    p, _ = _adaptive_pvalue(vocab, compiled, lambda: DraftModel(bad, constrained=False, stop_below=0.2),
+                            SamplingParams(temperature=0.8), seed=5, filter_drafts=False)
+    assert p > 0.01

@@ -127,3 +127,17 @@ def start_server(model_dir: Path, log_path: Path, *extra: str, startup_timeout: 
     pytest.fail(f"the server did not answer /health within {startup_timeout} s:\n{server.log()}")
 
 
+
+
+def build_tiny_diffusion_model(folder: Path, vocab_path: Path, *, seed: int = 0) -> Path:
+    """Save a random tiny ModernBERT masked-diffusion model (``engine.tiny_diffusion``'s build) over
+    the GPT-2 vocabulary plus its mask token, with the tokenizer, to ``folder``."""
+    from engine.tiny_diffusion import DiffusionConfig, add_mask_token, build_diffusion_model
+    from grammars import TokenVocabulary
+
+    tokenizer = add_mask_token(TokenVocabulary.from_pretrained(vocab_path).hf_tokenizer)
+    config = DiffusionConfig(vocab_size=len(tokenizer), mask_token_id=tokenizer.mask_token_id, n_layer=1, hidden=32,
+                             n_head=2, max_positions=512, eos_token_id=50256)
+    build_diffusion_model(config, seed=seed).eval().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
