@@ -44,7 +44,7 @@ from engine.generate import (
 )
 from engine.infill import FIMTokens, HoleReport, InfillResult, UncompletableError, infill
 from engine.lm import HFCausalLM, LanguageModel, ScriptedLM
-from engine.speculative import DraftModel, ForcedTokens, PromptLookup, speculative_decode
+from engine.speculative import DraftModel, ForcedTokens, GoodputController, PromptLookup, speculative_decode
 
 __all__ = [
     "generate",
@@ -74,6 +74,7 @@ __all__ = [
     "DraftModel",
     "PromptLookup",
     "ForcedTokens",
+    "GoodputController",
 ]
 
 

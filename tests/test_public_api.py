@@ -100,6 +100,7 @@ EXPECTED: dict[str, frozenset[str]] = {
             "speculative_decode",
             "DraftModel",
             "PromptLookup",
+            "GoodputController",
             "ForcedTokens",
         }
     ),
