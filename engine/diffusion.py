@@ -208,7 +208,8 @@ def diffusion_decode(
 class _Canvas:
     def __init__(self, lm, vocab, prompt_ids, compiled, length, policy, mode, temperature, max_resamples, generator):
         self.lm, self.vocab, self.compiled = lm, vocab, compiled
-        self.prompt = list(prompt_ids)
+        # an empty prompt starts from EOS (a document boundary): the canvas always follows a token
+        self.prompt = list(prompt_ids) or [min(vocab.eos_token_ids)]
         self.mask = int(lm.mask_token_id)
         self.eos = frozenset(vocab.eos_token_ids)
         self.eos_id = min(vocab.eos_token_ids)

@@ -360,12 +360,13 @@ def generate_batch(
     if not prompts:
         return []
     seeds = _seeds(opts.seed, len(prompts))
-    model = _diffusion_model_of(model, opts.device, opts.dtype)
-    if _is_diffusion_model(model):
-        return _generate_diffusion(prompts, model, opts, seeds)
     resolved = resolve_sampler(opts.sampler, opts.sampling_params)
-
-    lm, tok_source = load_model(model, opts.tokenizer, device=opts.device, dtype=opts.dtype)
+    if _is_diffusion_model(model):
+        lm, tok_source = model, opts.tokenizer
+    else:  # a masked-diffusion checkpoint comes back as HFMaskedDiffusionLM
+        lm, tok_source = load_model(model, opts.tokenizer, device=opts.device, dtype=opts.dtype)
+    if _is_diffusion_model(lm):
+        return _generate_diffusion(prompts, lm, dataclasses.replace(opts, tokenizer=tok_source), seeds)
     vocab = load_vocabulary(tok_source, lm, opts.compiler)
     compiler = opts.compiler if opts.compiler is not None and opts.compiler.vocab == vocab else shared_compiler(vocab)
     compiled, compile_s = _compile_timed(compiler, vocab, opts)
@@ -506,7 +507,7 @@ def _generate_diffusion(prompts: list, lm: Any, opts: GenerationOptions, seeds: 
     compile_s = time.perf_counter() - t0 if compiled is not None else 0.0
     results = []
     for prompt, seed in zip(prompts, seeds):
-        prompt_ids = _encode_prompt(prompt, vocab, opts.chat_template) or [min(vocab.eos_token_ids)]
+        prompt_ids = _encode_prompt(prompt, vocab, opts.chat_template)
         generator = torch.Generator().manual_seed(int(seed)) if seed is not None else None
         start = time.perf_counter()
         out = diffusion_decode(lm, vocab, prompt_ids, compiled, canvas_length=opts.canvas_length, steps=opts.steps,

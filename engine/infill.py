@@ -187,7 +187,7 @@ def _infill_diffusion(lm, vocab: TokenVocabulary, compiled: CompiledGrammar | No
         if j < len(parts) - 1:
             regions.append((len(canvas), len(canvas) + per_hole))
             canvas += [mask] * per_hole
-    prompt_ids = (vocab.encode(prompt) if prompt else []) or [min(vocab.eos_token_ids)]
+    prompt_ids = vocab.encode(prompt) if prompt else []
     out = diffusion_decode(lm, vocab, prompt_ids, compiled, canvas=canvas, steps=steps or per_hole * len(regions),
                            mode="none" if compiled is None else "auto", temperature=temperature, generator=generator)
     holes = []

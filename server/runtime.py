@@ -254,7 +254,7 @@ class Runtime:
 
         generator = None if spec.seed is None else torch.Generator().manual_seed(int(spec.seed))
         length = spec.options.max_tokens
-        out = diffusion_decode(self.lm, self.vocab, list(spec.prompt) or [min(self.vocab.eos_token_ids)], spec.grammar,
+        out = diffusion_decode(self.lm, self.vocab, list(spec.prompt), spec.grammar,
                                canvas_length=length, steps=min(length, DIFFUSION_STEPS), temperature=temperature,
                                generator=generator)
         text = out.text.decode("utf-8", errors="replace")
