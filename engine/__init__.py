@@ -21,9 +21,12 @@
   forced-token fast-forward; budget-aware closing via ``ClosingPlanner``; stop strings).
   ``engine.diffusion`` decodes canvases for a ``MaskedDiffusionLM`` (``generate`` dispatches on
   the model), ``speculative_decode`` drafts with ``DraftModel`` / ``PromptLookup`` /
-  ``ForcedTokens`` and verifies losslessly (``generate(..., draft_model=...)``).
+  ``ForcedTokens`` / ``DraftTree`` (token trees, one verification pass) / ``JacobiDraft`` /
+  ``DiffusionDraft`` (a masked-diffusion model drafting a block in one pass) and verifies
+  losslessly (``generate(..., draft_model=...)``).
 * ``CorralLogitsProcessor`` — a transformers ``LogitsProcessor`` shim for ``model.generate``;
-  the engine loop above is the primary path.
+  the engine loop above is the primary path. ``CorralCanvasProcessor`` (``engine.diffusion_hook``)
+  does the same for DiffusionGemma's block-diffusion ``generate``: every canvas it emits is valid.
 * ``python -m engine.cli`` / ``corral`` — ``generate``, ``compile``, ``check``, ``bench``;
   ``python -m engine.tiny`` trains the tiny JSON model used by demos and tests; ``engine.tiny_code``
   a C++ model with fill-in-the-middle; ``engine.tiny_diffusion`` a masked-diffusion model.
@@ -45,6 +48,9 @@ from engine.generate import (
 from engine.infill import FIMTokens, HoleReport, InfillResult, UncompletableError, infill
 from engine.lm import HFCausalLM, LanguageModel, ScriptedLM
 from engine.speculative import DraftModel, ForcedTokens, GoodputController, PromptLookup, speculative_decode
+from engine.diffusion_draft import DiffusionDraft
+from engine.jacobi import JacobiDraft
+from engine.spec_tree import DraftTree
 
 __all__ = [
     "generate",
@@ -70,11 +76,16 @@ __all__ = [
     "SequenceSampler",
     "resolve_sampler",
     "CorralLogitsProcessor",
+    "CorralCanvasProcessor",
+    "CanvasHookError",
     "speculative_decode",
     "DraftModel",
     "PromptLookup",
     "ForcedTokens",
     "GoodputController",
+    "DiffusionDraft",
+    "DraftTree",
+    "JacobiDraft",
 ]
 
 
@@ -85,4 +96,8 @@ def __getattr__(name: str):
         from engine.hf import CorralLogitsProcessor
 
         return CorralLogitsProcessor
+    if name in ("CorralCanvasProcessor", "CanvasHookError"):
+        from engine import diffusion_hook
+
+        return getattr(diffusion_hook, name)
     raise AttributeError(f"module 'engine' has no attribute {name!r}")

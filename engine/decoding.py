@@ -8,7 +8,18 @@ stateful matcher). One step, for the rows still running:
    a model call (the grammar forces the end); a row whose mask is empty is a broken grammar and
    raises ``NoAllowedToken``.
 2. One ``LanguageModel.next_logits`` call scores every running row (the model reuses its KV
-   cache; fast-forwarded tokens reach it together in one forward pass).
+   cache; fast-forwarded tokens reach it together in one forward pass). With
+   ``overlap_masks`` (the default) steps 1 and 2 run at once: the forward pass runs in a worker
+   thread while this thread fills the masks (the mask kernels release the GIL, and so do the
+   model's kernels). Only an accepting row can be EOS-only (EOS is in the mask exactly when
+   ``is_accepting()``), so those few rows are masked *before* the forward starts and the model
+   scores exactly the rows the sequential order would give it — the same batch, hence the same
+   logits, and still no model call when the grammar ends every row. A row found EOS-only after
+   the start anyway (a matcher outside the contract) has its logits row dropped. The model is
+   called from one thread at a time: one single-thread executor per ``decode`` call, each call
+   joined before the step goes on or an exception leaves it. The time a step spends on masks
+   outside the forward pass (masks filled before it starts, plus any still being filled after it
+   ends; with the overlap off, all of it) is each row's ``mask_wait_s``.
 3. For mask-based samplers the bitmask is applied to the whole batch in place
    (``samplers.kernels``, which owns every write of ``-inf`` into logits); samplers that test
    tokens themselves (AWRS, ASAp) get the raw logits and read the matcher, as the ``samplers``
@@ -59,6 +70,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -106,6 +120,9 @@ class DecodeOptions:
     #: When set, the loop draws from the premasked logits itself with these parameters — exactly
     #: what ``MaskedSampler(params)`` draws (same ops, same generator), without masking twice.
     direct_params: SamplingParams | None = None
+    #: Fill the grammar masks while the forward pass runs in a worker thread (same outputs and
+    #: random streams as ``False``, which masks first and then calls the model; benchmarks compare).
+    overlap_masks: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
@@ -130,6 +147,18 @@ class SequenceOutput:
     log_weight: float = 0.0
     first_token_s: float | None = None
     per_token_s: list[float] = field(default_factory=list)
+    #: per entry of ``per_token_s``: seconds that step spent on masks outside the forward pass
+    mask_wait_s: list[float] = field(default_factory=list)
+
+    @property
+    def mask_wait_total_s(self) -> float:
+        """Seconds this row's steps spent waiting on masks, in total."""
+        return sum(self.mask_wait_s)
+
+    @property
+    def mean_mask_wait_s(self) -> float | None:
+        """Mean seconds per step spent waiting on masks, or None when no step ran."""
+        return self.mask_wait_total_s / len(self.mask_wait_s) if self.mask_wait_s else None
 
 
 @dataclass
@@ -148,6 +177,7 @@ class _Row:
     log_weight: float = 0.0
     first_token_s: float | None = None
     step_times: list[float] = field(default_factory=list)
+    mask_waits: list[float] = field(default_factory=list)
 
 
 def decode(
@@ -206,6 +236,7 @@ def decode(
             log_weight=r.log_weight,
             first_token_s=r.first_token_s,
             per_token_s=r.step_times,
+            mask_wait_s=r.mask_waits,
         )
         for r in rows
     ]
@@ -219,6 +250,55 @@ def _closing(planner: ClosingPlanner | None, matcher, options: DecodeOptions) ->
                          lazy_checks=options.max_rejections)
 
 
+#: One step's model call: the rows kept, their logits (None when no row is kept), the mask wait.
+_Step = tuple[list[_Row], torch.Tensor | None, float]
+
+
+def _prefixes(rows: list[_Row]) -> list[list[int]]:
+    """What the model scores for ``rows``: prompt and generated tokens (new lists, never shared)."""
+    return [row.prompt + row.tokens for row in rows]
+
+
+def _may_accept(matcher) -> bool:
+    """Whether the matcher's mask may hold EOS (the contract: exactly when ``is_accepting()``); a
+    matcher that cannot tell is assumed to."""
+    accepting = getattr(matcher, "is_accepting", None)
+    return accepting is None or bool(accepting())
+
+
+class _Forward:
+    """The model calls of one loop run, in a single worker thread so that masks fill meanwhile.
+
+    The model is not thread-safe: one executor with one thread per run, and every call is joined
+    (``Future.result`` or a wait) before the next starts, so the model never runs twice at once.
+    Torch's grad and inference modes and the current CUDA stream are per thread: the caller's
+    are carried into the worker (so its kernels stay ordered with the masking that follows).
+    """
+
+    def __init__(self, lm):
+        self.lm = lm
+        self._pool: ThreadPoolExecutor | None = None
+
+    def start(self, prefixes: list[list[int]]) -> Future:
+        """``lm.next_logits(prefixes)`` in the worker; the future answers ``(logits, end time)``."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-forward")
+        stream = torch.cuda.current_stream() if torch.cuda.is_initialized() else None
+        return self._pool.submit(self._call, prefixes, torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
+                                 stream)
+
+    def _call(self, prefixes, grad: bool, inference: bool, stream) -> tuple[torch.Tensor, float]:
+        on_stream = torch.cuda.stream(stream) if stream is not None else nullcontext()
+        with torch.inference_mode(inference), torch.set_grad_enabled(grad), on_stream:
+            logits = self.lm.next_logits(prefixes)
+        return logits, time.perf_counter()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
 class _Loop:
     def __init__(self, lm, vocab: TokenVocabulary, options: DecodeOptions, on_tokens):
         self.lm = lm
@@ -229,10 +309,18 @@ class _Loop:
         eos_bool = np.zeros(vocab.logits_width, dtype=bool)
         eos_bool[list(self.eos)] = True
         self.text_words = ~pack_bool(eos_bool, vocab.logits_width)
+        self.scratch = allocate_token_bitmask(1, vocab.logits_width)  # masks filled before the forward starts
         self.stop = [s.encode("utf-8") for s in options.stop]
         self.longest_stop = max((len(s) for s in self.stop), default=0)
 
     def run(self, rows: list[_Row]) -> None:
+        forward = _Forward(self.lm)
+        try:
+            self._run(rows, forward)
+        finally:
+            forward.close()  # joins the worker: no model call outlives the loop
+
+    def _run(self, rows: list[_Row], forward: _Forward) -> None:
         bitmask = allocate_token_bitmask(len(rows), self.vocab.logits_width)
         started = time.perf_counter()
         last = started
@@ -251,14 +339,17 @@ class _Loop:
             if not stepping:
                 return
             if any(row.constrained for row in stepping):
-                stepping = self._fill_masks(stepping, bitmask)
+                if self.opt.overlap_masks:
+                    stepping, logits, mask_wait = self._masks_during_forward(stepping, bitmask, forward)
+                else:
+                    stepping, logits, mask_wait = self._masks_then_forward(stepping, bitmask)
                 if not stepping:
                     continue
-                logits = self.lm.next_logits([row.prompt + row.tokens for row in stepping])
                 if self.opt.premask:
                     apply_token_bitmask_inplace(logits, bitmask[: len(stepping)])
             else:  # no grammar in the batch: no masks, just the padding columns (and EOS) out
-                logits = self.lm.next_logits([row.prompt + row.tokens for row in stepping])
+                logits = self.lm.next_logits(_prefixes(stepping))
+                mask_wait = 0.0
                 if self.vocab.size < logits.shape[-1]:
                     disallow_tokens_inplace(logits, slice(self.vocab.size, None))
             if self.opt.ignore_eos:
@@ -274,30 +365,77 @@ class _Loop:
             assert now is not None
             for row in stepping:
                 row.step_times.append(now - last)
+                row.mask_waits.append(mask_wait)
             last = now
             if self.on_tokens is not None and added:
                 self.on_tokens(added)
 
     # --- one step ---------------------------------------------------------------------------
 
-    def _fill_masks(self, stepping: list[_Row], bitmask: np.ndarray) -> list[_Row]:
-        """Masks for the running rows, compacted to the rows that need the model."""
+    def _masks_then_forward(self, stepping: list[_Row], bitmask: np.ndarray) -> _Step:
+        """Sequential order: every mask, then the model for the rows the masks kept.
+        Returns ``(kept rows, their logits or None when none is kept, mask wait)``."""
+        t0 = time.perf_counter()
         keep = []
         for row in stepping:
-            slot = len(keep)
-            row.matcher.fill_mask(bitmask, slot)
-            words = bitmask[slot]
-            if not (words & self.text_words).any():
-                if not words.any():
-                    raise NoAllowedToken(
-                        f"the grammar allows no token after {len(row.tokens)} generated tokens "
-                        "(and EOS is not allowed either); this is a bug in the grammar engine"
-                    )
-                if self.opt.fast_forward:  # only EOS is possible: the grammar ends the row
-                    self._finish(row, "stop")
+            if self._mask_row(row, bitmask, len(keep)):
+                keep.append(row)
+        mask_wait = time.perf_counter() - t0  # the forward waited for all of it
+        return keep, (self.lm.next_logits(_prefixes(keep)) if keep else None), mask_wait
+
+    def _masks_during_forward(self, stepping: list[_Row], bitmask: np.ndarray, forward: _Forward) -> _Step:
+        """``_masks_then_forward``'s result, with the masks filled while the forward pass runs.
+
+        Rows that may be EOS-only are masked first (into a scratch row, copied to their slot
+        later), so the forward gets exactly the rows the sequential order would give it.
+        """
+        t0 = time.perf_counter()
+        early: dict[int, np.ndarray] = {}  # slot -> mask of a row masked before the forward
+        keep = []
+        for row in stepping:
+            if self.opt.fast_forward and row.constrained and _may_accept(row.matcher):
+                if not self._mask_row(row, self.scratch, 0):
                     continue
+                early[len(keep)] = self.scratch[0].copy()
             keep.append(row)
-        return keep
+        if not keep:  # the grammar ended every row: no model call
+            return keep, None, time.perf_counter() - t0
+        before = time.perf_counter() - t0
+        pending = forward.start(_prefixes(keep))
+        try:
+            dropped = []
+            for slot, row in enumerate(keep):
+                if slot in early:
+                    bitmask[slot] = early[slot]
+                elif not self._mask_row(row, bitmask, slot):
+                    dropped.append(slot)
+            masks_done = time.perf_counter()
+        except BaseException:
+            wait_for([pending])  # the model call ends before the error leaves the step
+            raise
+        logits, forward_done = pending.result()
+        mask_wait = before + max(0.0, masks_done - forward_done)
+        if dropped:  # EOS-only after all (a matcher that could not tell in advance): drop its logits row
+            kept = sorted(set(range(len(keep))) - set(dropped))
+            bitmask[: len(kept)] = bitmask[kept]
+            logits = logits.index_select(0, torch.tensor(kept, dtype=torch.long, device=logits.device))
+            keep = [keep[slot] for slot in kept]
+        return keep, logits, mask_wait
+
+    def _mask_row(self, row: _Row, bitmask: np.ndarray, slot: int) -> bool:
+        """Fill ``row``'s mask into ``bitmask[slot]``; ``False`` when the mask ended the row (EOS only)."""
+        row.matcher.fill_mask(bitmask, slot)
+        words = bitmask[slot]
+        if not (words & self.text_words).any():
+            if not words.any():
+                raise NoAllowedToken(
+                    f"the grammar allows no token after {len(row.tokens)} generated tokens "
+                    "(and EOS is not allowed either); this is a bug in the grammar engine"
+                )
+            if self.opt.fast_forward:  # only EOS is possible: the grammar ends the row
+                self._finish(row, "stop")
+                return False
+        return True
 
     def _choose(self, row: _Row, logits: torch.Tensor) -> Draw:
         """The row's next token: from its matcher, narrowed by budget-aware closing when it steers."""

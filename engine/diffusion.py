@@ -17,15 +17,26 @@ decides *what* they get, jointly, never one position at a time:
   canvas — committed runs as fixed texts, masked runs as holes of at least as many bytes as
   they have positions (a position before a committed token cannot be EOS padding) — is still
   completable (``CompiledGrammar.completable``); else one at a time in order of confidence, a
-  refused token removed from its position and the position redrawn (``max_resamples``). Holes
-  left when the steps run out are closed with the shortest witness fill (``complete``), and the
-  result says how many bytes it wrote.
+  refused token removed from its position and the position redrawn (``max_resamples``), which
+  keeps a maximal valid subset of the proposals rather than dropping them all. When none of the
+  chosen positions can be committed, the block's other masked positions are tried the same way,
+  so a step commits nothing only when no masked position of its block has a completable draw;
+  the block then ends (the next model call would see the same canvas: commits only narrow the
+  language, never widen it). Holes left when the steps run out are closed with the shortest
+  witness fill (``complete``), and the result says how many bytes and positions it wrote.
 * ``"greedy"``: the baseline the papers compare with — a position is masked by the prefix
   automaton only when everything to its left is committed, otherwise it is unconstrained.
 * ``"none"``: unconstrained.
 
 Tokens after an EOS are EOS (the canvas tail is padding); the text is everything before the
-first EOS.
+first EOS. ``output_prefix``: tokens the constraint reads before the canvas (the end of the
+prompt when the output continues a text of the language, e.g. a function body after its
+declaration); the text returned is the canvas' alone.
+
+Counting: ``committed_per_step`` has one entry per model call, the positions that call's commits
+decided (EOS padding and witness fills excluded), so ``tokens_per_step`` is model-committed
+positions per model call; ``positions_per_call`` also counts the EOS padding an EOS commit
+implies and the positions a witness closed, i.e. canvas positions decided per model call.
 """
 
 from __future__ import annotations
@@ -127,13 +138,22 @@ class DiffusionResult:
     refused: int = 0
     undecided: int = 0  # checks that hit a Limits bound: counted as refusals, never accepted unverified
     witness_bytes: int = 0  # bytes a witness fill wrote to close holes the steps left open
+    witness_positions: int = 0  # masked positions (before the end) that witness fill closed
+    padded: int = 0  # masked positions set to EOS because an EOS was committed before them
     #: the bytes each canvas position ended with (a witness fill on the first position of the masked
     #: run it closed, b"" on the rest of the run and after the end): what infilling reads fills from
     position_bytes: list[bytes] = field(default_factory=list, repr=False)
 
     @property
     def tokens_per_step(self) -> float:
+        """Positions committed by model calls, per model call (padding and witness fills excluded)."""
         return sum(self.committed_per_step) / max(1, len(self.committed_per_step))
+
+    @property
+    def positions_per_call(self) -> float:
+        """Canvas positions decided per model call: commits, the EOS padding they imply and witness fills."""
+        decided = sum(self.committed_per_step) + self.padded + self.witness_positions
+        return decided / max(1, len(self.committed_per_step))
 
 
 def canvas_parts(tokens: Sequence[int], mask_id: int, eos: frozenset[int], vocab: TokenVocabulary
@@ -166,10 +186,13 @@ def diffusion_decode(
     canvas_length: int = 128, steps: int = 64, block_length: int | None = None, unmasking: Any = "confidence",
     mode: ConstraintMode = "auto", temperature: float = 0.0, max_resamples: int = 20,
     generator: torch.Generator | None = None, canvas: Sequence[int] | None = None,
+    output_prefix: Sequence[int] = (),
 ) -> DiffusionResult:
     """Decode one canvas (see the module docstring). ``canvas``: a partly filled canvas to
     complete instead of an all-masked one (the model's mask id where a position is open; its
-    length is the canvas length): infilling with a diffusion model."""
+    length is the canvas length): infilling with a diffusion model. ``output_prefix``: token ids
+    the constraint reads before the canvas (usually the prompt's end); they must start a text of
+    the language."""
     if canvas is not None:
         canvas = [int(t) for t in canvas]
         canvas_length = len(canvas)
@@ -187,27 +210,36 @@ def diffusion_decode(
         raise ValueError(f"mode={mode!r} needs a constraint")
     if mode == "dingo" and not compiled.is_regular:
         raise ValueError("mode='dingo' needs a regular constraint; use 'infill' for context-free grammars")
+    prefix = [int(t) for t in output_prefix]
+    if prefix and mode != "none" and not compiled.completable([vocab.decode(prefix), b""]):
+        raise ValueError("output_prefix does not start any text of the constraint's language")
     run = _Canvas(lm, vocab, prompt_ids, compiled, canvas_length, resolve_policy(unmasking), mode, temperature,
-                  max_resamples, generator)
+                  max_resamples, generator, prefix)
     if canvas is not None:
         run.tokens = canvas
     n_blocks = math.ceil(canvas_length / block)
     per_block = max(1, steps // n_blocks)
     for b in range(n_blocks):
         start, end = b * block, min(canvas_length, (b + 1) * block)
+        stuck = False
         for step in range(per_block):
             if not run.masked(start, end):
                 break
-            run.step(start, end, per_block - step)
-        while run.masked(start, end):  # out of steps: the rest of the block in one more step each
+            if not run.step(start, end, per_block - step):
+                stuck = True  # every masked position of the block was tried: the witness closes it
+                break
+        while not stuck and run.masked(start, end):  # out of steps: the rest of the block, one more step each
             if not run.step(start, end, 1):
                 break
     return run.finish()
 
 
 class _Canvas:
-    def __init__(self, lm, vocab, prompt_ids, compiled, length, policy, mode, temperature, max_resamples, generator):
+    def __init__(self, lm, vocab, prompt_ids, compiled, length, policy, mode, temperature, max_resamples, generator,
+                 prefix=()):
         self.lm, self.vocab, self.compiled = lm, vocab, compiled
+        self.prefix = list(prefix)  # what the constraint reads before the canvas
+        self.prefix_bytes = vocab.decode(self.prefix) if self.prefix else b""
         # an empty prompt starts from EOS (a document boundary): the canvas always follows a token
         self.prompt = list(prompt_ids) or [min(vocab.eos_token_ids)]
         self.mask = int(lm.mask_token_id)
@@ -249,7 +281,7 @@ class _Canvas:
         if self.mode == "dingo":
             committed = self._dingo(logp, start, end, chosen)
         elif self.mode == "infill":
-            committed = self._infill(logp, chosen)
+            committed = self._infill(logp, chosen, masked)
         elif self.mode == "greedy":
             committed = self._greedy(logp, chosen)
         else:
@@ -277,6 +309,7 @@ class _Canvas:
             for i in range(first + 1, len(self.tokens)):
                 if self.tokens[i] == self.mask:  # positions given in a partly filled canvas stay
                     self.tokens[i] = self.eos_id
+                    self.result.padded += 1
 
     # --- regular: DINGO --------------------------------------------------------------------
 
@@ -309,10 +342,10 @@ class _Canvas:
         ``ENDED`` once an EOS is among them)."""
         from samplers.dingo import ENDED
 
-        if start == 0:
+        if start == 0 and not self.prefix:
             return None
         matcher = self.dfa.matcher()
-        for token in self.tokens[:start]:
+        for token in self.prefix + self.tokens[:start]:
             if token in self.eos:
                 return ENDED
             matcher.advance(token)
@@ -320,8 +353,14 @@ class _Canvas:
 
     # --- context-free: completability checks -------------------------------------------------
 
-    def _completable(self, tokens: list[int]) -> bool:
+    def _parts(self, tokens: list[int]) -> tuple[list[bytes], list[tuple[int, int | None]]]:
+        """``canvas_parts`` with the output prefix in front of the first fixed text."""
         parts, holes = canvas_parts(tokens, self.mask, self.eos, self.vocab)
+        parts[0] = self.prefix_bytes + parts[0]
+        return parts, holes
+
+    def _completable(self, tokens: list[int]) -> bool:
+        parts, holes = self._parts(tokens)
         self.result.checks += 1
         try:
             return self.compiled.completable(parts, hole_bytes=holes)
@@ -332,28 +371,43 @@ class _Canvas:
     def _valid_eos(self, tokens: list[int], i: int) -> bool:
         return all(t == self.mask or t in self.eos for t in tokens[i + 1:])
 
-    def _infill(self, logp: torch.Tensor, chosen: list[int]) -> int:
+    def _infill(self, logp: torch.Tensor, chosen: list[int], masked: list[int]) -> int:
+        """The chosen proposals jointly; refused, a maximal valid subset of them, one position at a
+        time by confidence; none of them, the first other masked position of the block that can be."""
         proposal = {i: self._draw(logp[i]) for i in chosen}
         trial = list(self.tokens)
         for i, token in proposal.items():
             trial[i] = token
         if all(t not in self.eos or self._valid_eos(trial, i) for i, t in proposal.items()) and self._completable(trial):
             return self._commit(proposal)
-        committed = 0
-        for i in sorted(chosen, key=lambda i: -float(logp[i].max())):
-            row = logp[i].clone()
-            for _ in range(self.max_resamples):
-                token = self._draw(row)
-                if not math.isfinite(float(row[token])):
-                    break
-                trial = list(self.tokens)
-                trial[i] = token
-                if (token not in self.eos or self._valid_eos(trial, i)) and self._completable(trial):
-                    committed += self._commit({i: token})
-                    break
-                row[token] = float("-inf")
-                self.result.refused += 1
-        return committed
+        confidence = logp.max(dim=-1).values
+        committed = sum(self._commit_one(logp, i, first=proposal[i])
+                        for i in sorted(chosen, key=lambda i: -float(confidence[i])))
+        if committed:
+            return committed
+        chosen_set = set(chosen)  # widening costs at most what a last step (every position chosen) would
+        for i in sorted((i for i in masked if i not in chosen_set), key=lambda i: -float(confidence[i])):
+            if self._commit_one(logp, i):
+                return 1
+        return 0
+
+    def _commit_one(self, logp: torch.Tensor, i: int, first: int | None = None) -> int:
+        """Commit position ``i`` alone: ``first`` (or a draw), then redraws without the refused
+        tokens, up to ``max_resamples`` checks; 1 when one was committed."""
+        if self.tokens[i] != self.mask:  # padded after an EOS committed earlier this step
+            return 0
+        row = logp[i].clone()
+        for attempt in range(self.max_resamples):
+            token = first if attempt == 0 and first is not None else self._draw(row)
+            if not math.isfinite(float(row[token])):
+                return 0
+            trial = list(self.tokens)
+            trial[i] = token
+            if (token not in self.eos or self._valid_eos(trial, i)) and self._completable(trial):
+                return self._commit({i: token})
+            row[token] = float("-inf")
+            self.result.refused += 1
+        return 0
 
     # --- baseline -----------------------------------------------------------------------------
 
@@ -365,7 +419,7 @@ class _Canvas:
                 continue
             matcher = self.compiled.matcher()
             ok = True
-            for token in self.tokens[:i]:
+            for token in self.prefix + self.tokens[:i]:
                 if not matcher.allows(token):
                     ok = False
                     break
@@ -388,13 +442,14 @@ class _Canvas:
         end = next((i for i, t in enumerate(tokens) if t in self.eos), len(tokens))
         pieces = [self.vocab.token_bytes[t] if i < end and t != self.mask else b"" for i, t in enumerate(tokens)]
         if self.mode == "infill" and any(t == self.mask for t in tokens[:end]):
-            parts, holes = canvas_parts(tokens, self.mask, self.eos, self.vocab)
+            parts, holes = self._parts(tokens)
             fills = self.compiled.complete(parts, hole_bytes=holes)
             if fills is not None:
                 runs = [i for i in range(end) if tokens[i] == self.mask and (i == 0 or tokens[i - 1] != self.mask)]
                 for i, fill in zip(runs, fills):  # canvas_parts' holes are the masked runs, in order
                     pieces[i] = fill
                 self.result.witness_bytes = sum(len(f) for f in fills)
+                self.result.witness_positions = sum(t == self.mask for t in tokens[:end])
                 text = b"".join(pieces)
                 self.result.text = text
                 self.result.token_ids = self.vocab.encode(text.decode("utf-8"))

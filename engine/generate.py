@@ -93,7 +93,9 @@ class GenerationResult:
 
     Timings (seconds): ``compile_s`` (constraint compilation, 0 on a cache hit or none),
     ``first_token_s`` (decode start to this row's first token, prefill included) and
-    ``per_token_s`` (one entry per decoding step of this row; ``mean_token_s`` averages them).
+    ``per_token_s`` (one entry per decoding step of this row; ``mean_token_s`` averages them),
+    ``mask_wait_s`` (per step, how long the step waited on grammar masks: masks are filled while
+    the forward pass runs, ``engine.decoding``, so this is ≈ 0 when they are cache hits).
     ``forced_tokens`` counts tokens appended without sampling, ``budget_steered`` steps where
     budget-aware closing refused a token the sampler asked about (the sampler then drew among the
     tokens that still close in time), ``log_weight`` the sampler's importance weight (for SMC: the
@@ -109,6 +111,7 @@ class GenerationResult:
     compile_s: float = 0.0
     first_token_s: float | None = None
     per_token_s: list[float] = field(default_factory=list)
+    mask_wait_s: list[float] = field(default_factory=list)
     forced_tokens: int = 0
     budget_steered: int = 0
     log_weight: float = 0.0
@@ -174,8 +177,12 @@ class GenerationOptions:
 
     Speculative decoding (``engine.speculative``): ``draft_model`` — a smaller causal model (a
     transformers model, a path or a ``LanguageModel`` sharing the tokenizer), ``"prompt_lookup"``
-    (n-gram copy from prompt + output) or a draft source (``DraftModel``, ``PromptLookup``,
-    ``ForcedTokens``) — proposes up to ``num_speculative_tokens`` tokens (``"auto"``: adapted
+    (n-gram copy from prompt + output), ``"jacobi"`` (the target's own guesses from its last
+    verification and an n-gram pool of them), a masked-diffusion model or ``"diffusion:PATH"``
+    (``DiffusionDraft``: a block in one pass, the most probable valid path through it) or a draft
+    source (``DraftModel``, ``PromptLookup``, ``ForcedTokens``, ``DraftTree`` for token trees
+    verified in one pass with a tree attention mask, ``JacobiDraft``, ``DiffusionDraft``) —
+    proposes up to ``num_speculative_tokens`` tokens (``"auto"``: adapted
     per request from measured acceptance and costs, up to ``max_speculative_tokens``, 0 when
     drafting does not pay), checked against the
     grammar, that the target verifies in one call; the output's law is exactly masked sampling
@@ -381,6 +388,9 @@ def generate_batch(
     planner = ClosingPlanner(vocab) if opts.budget_closing and compiled is not None else None
     if opts.draft_model is not None:  # speculative decoding: masked sampler only (checked in the options)
         source = resolve_draft(opts.draft_model, device=opts.device, dtype=opts.dtype)
+        if (compiled is not None and callable(getattr(source, "with_grammar", None))
+                and getattr(getattr(source, "grammar", None), "key", None) != compiled.key):
+            source = source.with_grammar(compiled)  # a diffusion drafter runs DINGO on a regular constraint
         outputs = [speculative_decode(lm, source, vocab, ids, new_matcher(), k=opts.num_speculative_tokens,
                                       max_k=opts.max_speculative_tokens, max_tokens=opts.max_tokens,
                                       params=resolved.params, generator=gen)
@@ -781,6 +791,7 @@ def _result(text: bytes, tokens, finish, schema, prompt_ids, compile_s, out=None
         compile_s=compile_s,
         first_token_s=getattr(out, "first_token_s", None),
         per_token_s=list(getattr(out, "per_token_s", [])),
+        mask_wait_s=list(getattr(out, "mask_wait_s", [])),
         forced_tokens=getattr(out, "forced_tokens", 0),
         budget_steered=getattr(out, "budget_steered", 0),
         log_weight=getattr(out, "log_weight", 0.0),

@@ -13,6 +13,14 @@ forwarding several tokens, rolling back, dropping finished rows and reordering o
 rows for SMC resampling are all handled by the same call) — but that state is an optimisation
 callers never have to manage.
 
+Tree verification (speculative decoding with token trees) asks for the logits after every node
+of a token tree hanging off one context: ``tree_logits(lm, context, parents, tokens)`` answers
+``[1 + len(tokens), logits_width]`` (row 0 after ``context``, row ``1 + j`` after ``context`` +
+the root-to-node path of node ``j``; ``parents[j] < j``, ``-1`` for the context). A model with a
+``tree_logits`` method answers itself (``HFCausalLM``: one forward pass, the tree's tokens
+appended after the cached context with a tree attention mask and explicit positions); any other
+``LanguageModel`` answers through ``next_logits`` over the paths.
+
 Implementations here:
 
 * ``HFCausalLM`` — any transformers ``AutoModelForCausalLM`` (KV cache reuse via
@@ -33,7 +41,17 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["LanguageModel", "HFCausalLM", "ScriptedLM", "check_prefixes", "resolve_device", "resolve_dtype"]
+__all__ = [
+    "HFCausalLM",
+    "LanguageModel",
+    "ScriptedLM",
+    "check_prefixes",
+    "check_tree",
+    "resolve_device",
+    "resolve_dtype",
+    "tree_logits",
+    "tree_paths",
+]
 
 
 @runtime_checkable
@@ -82,6 +100,40 @@ def check_token_rows(rows: Sequence[Sequence[int]], width: int, *, what: str, ca
             raise ValueError(f"{what} {i} holds token ids {bad[:5]} outside [0, {width})")
     return out
 
+
+
+def check_tree(parents: Sequence[int], tokens: Sequence[int], width: int) -> tuple[list[int], list[int]]:
+    """A token tree's ``parents`` and ``tokens`` checked and copied: one parent per token, each an
+    earlier node or ``-1`` (the context), every token id in ``[0, width)``."""
+    parents, tokens = [int(x) for x in parents], [int(t) for t in tokens]
+    if len(parents) != len(tokens):
+        raise ValueError(f"a token tree needs one parent per token: {len(parents)} parents, {len(tokens)} tokens")
+    for j, (parent, token) in enumerate(zip(parents, tokens)):
+        if not -1 <= parent < j:
+            raise ValueError(f"tree node {j} has parent {parent}: parents must be earlier nodes or -1 (the context)")
+        if not 0 <= token < width:
+            raise ValueError(f"tree node {j} holds token id {token} outside [0, {width})")
+    return parents, tokens
+
+
+def tree_paths(parents: Sequence[int], tokens: Sequence[int]) -> list[list[int]]:
+    """The root-to-node token path of every node of a (checked) token tree."""
+    paths: list[list[int]] = []
+    for parent, token in zip(parents, tokens):
+        paths.append((paths[parent] if parent >= 0 else []) + [token])
+    return paths
+
+
+def tree_logits(lm: LanguageModel, context: Sequence[int], parents: Sequence[int],
+                tokens: Sequence[int]) -> torch.Tensor:
+    """Logits after ``context`` and after every node of a token tree below it (see the module
+    docstring): ``lm.tree_logits`` where the model has one, else ``next_logits`` over the paths."""
+    own = getattr(lm, "tree_logits", None)
+    if callable(own):
+        return own(context, parents, tokens)
+    ctx = check_prefixes([context], lm.logits_width)[0]
+    parents, tokens = check_tree(parents, tokens, lm.logits_width)
+    return lm.next_logits([ctx] + [ctx + path for path in tree_paths(parents, tokens)])
 
 # --- a mock ---------------------------------------------------------------------------------
 
@@ -217,6 +269,7 @@ class HFCausalLM:
         self.pad_token_id = int(pad_token_id)
         self._width = _output_width(model)
         self._state: _CacheRows | None = None
+        self._tree: _PendingTree | None = None
         self.forward_calls = 0
         self.tokens_fed = 0
 
@@ -257,6 +310,7 @@ class HFCausalLM:
     def reset(self) -> None:
         """Drop the KV cache (the next call prefills from scratch)."""
         self._state = None
+        self._tree = None
 
     def next_logits(self, prefixes: Sequence[Sequence[int]]) -> torch.Tensor:
         rows = check_prefixes(prefixes, self._width)
@@ -266,6 +320,32 @@ class HFCausalLM:
             if self._state is None:
                 return self._prefill(rows)
             return self._extend(rows)
+
+    def tree_logits(self, context: Sequence[int], parents: Sequence[int], tokens: Sequence[int]) -> torch.Tensor:
+        """Logits after ``context`` and after each node of a token tree below it (module docstring),
+        in one forward pass: the uncached tail of ``context`` then the tree's tokens, fed after the
+        cached context with a 4D additive mask (node ``j`` sees the context, its ancestors and
+        itself) and ``position_ids`` ``len(context) + depth``. The tree stays in the cache as
+        holes; the next call that extends ``context`` along one of its paths turns that path's
+        columns into real ones (verification keeps the accepted path without feeding it again).
+        A call whose tree extends the last call's tree (same context, its nodes first) feeds only
+        the new nodes: a tree grown level by level (a draft model's) costs one node per node."""
+        ctx = check_prefixes([context], self._width)[0]
+        parents, tokens = check_tree(parents, tokens, self._width)
+        if not tokens:
+            return self.next_logits([ctx])
+        if not self.use_cache:
+            return self.next_logits([ctx] + [ctx + path for path in tree_paths(parents, tokens)])
+        with torch.no_grad():
+            grown = self._grown(ctx, parents, tokens)
+            if grown:  # the last tree plus new nodes below it: feed only those
+                return self._feed_tree(self._state, ctx, len(ctx), parents, tokens, grown)
+            retained = self._align([ctx]) if self._state is not None else None
+            if retained is not None:
+                self._compact()
+            if retained is None or self._state is None:
+                return self._feed_tree(self._empty(1), ctx, 0, parents, tokens)
+            return self._feed_tree(self._state, ctx, retained[0], parents, tokens)
 
     # --- internals -------------------------------------------------------------------------
 
@@ -284,19 +364,35 @@ class HFCausalLM:
         except TypeError:  # pragma: no cover - transformers < 4.56 takes no config
             return DynamicCache()
 
-    def _prefill(self, rows: list[list[int]]) -> torch.Tensor:
+    def _empty(self, n: int) -> _CacheRows:
         self._state = _CacheRows(
-            columns=[[] for _ in rows],
-            tokens=[[] for _ in rows],
-            attention=torch.zeros((len(rows), 0), dtype=torch.long),
-            last_logits=torch.zeros((len(rows), self._width), dtype=torch.float32, device=self.device),
+            columns=[[] for _ in range(n)],
+            tokens=[[] for _ in range(n)],
+            attention=torch.zeros((n, 0), dtype=torch.long),
+            last_logits=torch.zeros((n, self._width), dtype=torch.float32, device=self.device),
             cache=self._new_cache(),
         )
+        self._tree = None
+        return self._state
+
+    def _prefill(self, rows: list[list[int]]) -> torch.Tensor:
+        self._empty(len(rows))
         return self._feed([list(r) for r in rows], [0] * len(rows))
 
     def _extend(self, rows: list[list[int]]) -> torch.Tensor:
+        retained = self._align(rows)
+        if retained is None:
+            return self._prefill(rows)
+        return self._feed([row[r:] for row, r in zip(rows, retained)], retained)
+
+    def _align(self, rows: list[list[int]]) -> list[int] | None:
+        """Make cache row ``i`` hold the longest usable prefix of ``rows[i]`` (reordering,
+        duplicating and cropping rows); the real tokens each keeps, or ``None`` (cache dropped)
+        when nothing is reusable. A row equal to its cached prefix keeps it all (its logits are
+        cached); otherwise at least one token is left to feed, whose logits the caller needs."""
         state = self._state
         assert state is not None
+        self._promote(rows)
         # 1. each new row takes the cached row sharing its longest prefix (itself on ties)
         sources, matched = [], []
         for i, row in enumerate(rows):
@@ -317,7 +413,7 @@ class HFCausalLM:
             matched.append(best_len)
         if all(m == 0 for m in matched):
             self._state = None
-            return self._prefill(rows)
+            return None
         if sources != list(range(len(state.tokens))):
             index = torch.tensor(sources, dtype=torch.long)
             state.cache.reorder_cache(index.to(self.device))
@@ -339,15 +435,13 @@ class HFCausalLM:
                 crop_at = min(crop_at, _column_after(state.columns[i], k))
         if crop_at == 0:
             self._state = None
-            return self._prefill(rows)
+            return None
         if crop_at < width:
             state.cache.crop(-(width - crop_at))  # negative: remove that many (old and new API)
             state.columns = [c[:crop_at] for c in state.columns]
             state.attention = state.attention[:, :crop_at]
             state.tokens = [[t for t in c if t >= 0] for c in state.columns]
-        retained = [len(t) for t in state.tokens]
-        new = [row[r:] for row, r in zip(rows, retained)]
-        return self._feed(new, retained)
+        return [len(t) for t in state.tokens]
 
     def _feed(self, new: list[list[int]], retained: list[int]) -> torch.Tensor:
         """Append ``new[i]`` to row ``i`` (which holds ``retained[i]`` real tokens) in one forward pass."""
@@ -382,6 +476,127 @@ class HFCausalLM:
                 state.tokens[i].extend(toks)
         return state.last_logits.clone()
 
+
+    def _grown(self, ctx: list[int], parents: list[int], tokens: list[int]) -> int:
+        """How many leading nodes of this tree the last ``tree_logits`` call left in the cache
+        below the same context (0: none, or nothing new to feed)."""
+        tree, state = self._tree, self._state
+        if tree is None or state is None or len(state.tokens) != 1 or state.tokens[0] != ctx:
+            return 0
+        done = len(tree.tokens)
+        if len(tokens) <= done or tokens[:done] != tree.tokens or parents[:done] != tree.parents:
+            return 0
+        return done
+
+    def _feed_tree(self, state: _CacheRows, ctx: list[int], r: int, parents: list[int],
+                   tokens: list[int], done: int = 0) -> torch.Tensor:
+        """One forward pass over ``ctx[r:]`` (causal) and tree nodes ``done..`` (tree-masked; the
+        nodes before ``done`` are the cached last tree, which then has no context tail)."""
+        tail, n = ctx[r:], len(tokens)
+        m, past = len(tail), len(state.columns[0])
+        start = self._tree.start if done else past + m  # the column of node 0; node j sits at start + j
+        depth: list[int] = []
+        for parent in parents:
+            depth.append(depth[parent] + 1 if parent >= 0 else 0)
+        new = n - done
+        sees = torch.zeros((m + new, past + m + new), dtype=torch.bool)
+        sees[:, :past] = state.attention[0].bool()
+        if m:
+            sees[:m, past:past + m] = torch.tril(torch.ones((m, m), dtype=torch.bool))
+            sees[m:, past:past + m] = True
+        for j in range(done, n):
+            node = j
+            while node >= 0:  # the node itself and its ancestors
+                sees[m + j - done, start + node] = True
+                node = parents[node]
+        device = self.device
+        dtype = next(self.model.parameters()).dtype
+        mask = torch.zeros(sees.shape, dtype=dtype).masked_fill(~sees, torch.finfo(dtype).min)
+        positions = list(range(r, r + m)) + [len(ctx) + d for d in depth[done:]]
+        out = self.model(
+            input_ids=torch.tensor([tail + tokens[done:]], dtype=torch.long, device=device),
+            attention_mask=mask[None, None].to(device),
+            position_ids=torch.tensor([positions], dtype=torch.long, device=device),
+            past_key_values=state.cache,
+            use_cache=True,
+        )
+        self.forward_calls += 1
+        self.tokens_fed += m + new
+        logits = out.logits[0].float()
+        if m:
+            state.last_logits = logits[m - 1:m].clone()
+        state.columns[0].extend(tail + [-1] * new)
+        state.tokens[0].extend(tail)
+        state.attention = torch.cat([state.attention, torch.tensor([[1] * m + [0] * new], dtype=torch.long)], dim=1)
+        nodes = logits[m:].clone()
+        if done:
+            nodes = torch.cat([self._tree.logits.to(nodes.device), nodes])
+        self._tree = _PendingTree(start, parents, tokens, nodes)
+        return torch.cat([state.last_logits[:1].to(nodes.device), nodes]).clone()
+
+    def _promote(self, rows: list[list[int]]) -> None:
+        """Turn the last tree's columns along the path some row extends the cached context with
+        into real tokens (one cached row), then forget the tree."""
+        tree, state = self._tree, self._state
+        self._tree = None
+        if tree is None or state is None or len(state.tokens) != 1:
+            return
+        base = state.tokens[0]
+        best: list[int] = []
+        for row in rows:
+            if len(row) <= len(base) or row[:len(base)] != base:
+                continue
+            path, node = [], -1
+            for token in row[len(base):]:
+                node = next((j for j in tree.children(node) if tree.tokens[j] == token), -1)
+                if node < 0:
+                    break
+                path.append(node)
+            if len(path) > len(best):
+                best = path
+        for node in best:
+            col = tree.start + node
+            state.columns[0][col] = tree.tokens[node]
+            state.attention[0, col] = 1
+            state.tokens[0].append(tree.tokens[node])
+        if best:
+            state.last_logits = tree.logits[best[-1]:best[-1] + 1].to(state.last_logits.device)
+
+    def _compact(self) -> None:
+        """Drop the hole columns every row shares (tree nodes never accepted) once they
+        outnumber the real ones: they cost attention in every later pass. Where the cache's
+        layers are not plain tensors of keys and values, the cache is dropped instead."""
+        state = self._state
+        if state is None:
+            return
+        width = len(state.columns[0])
+        keep = [c for c in range(width) if any(row[c] >= 0 for row in state.columns)]
+        if width - len(keep) <= max(64, len(keep)):
+            return
+        layers = getattr(state.cache, "layers", None)
+        if not layers or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
+            self._state = None  # pragma: no cover - other cache kinds: prefill again
+            return
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        for layer in layers:
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                layer.keys = layer.keys.index_select(-2, index)
+                layer.values = layer.values.index_select(-2, index)
+        state.columns = [[row[c] for c in keep] for row in state.columns]
+        state.attention = state.attention[:, keep]
+
+
+@dataclass
+class _PendingTree:
+    """The last ``tree_logits`` call's nodes, cached as holes from column ``start`` on."""
+
+    start: int
+    parents: list[int]
+    tokens: list[int]
+    logits: torch.Tensor  # [nodes, width]
+
+    def children(self, node: int) -> list[int]:
+        return [j for j, p in enumerate(self.parents) if p == node]
 
 def _column_after(columns: list[int], k: int) -> int:
     """The number of physical columns holding the first ``k`` real tokens of a row."""

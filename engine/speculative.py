@@ -15,6 +15,19 @@ One sequence at a time. Each round:
    * ``PromptLookup(ngram=3)`` — n-gram copy from prompt + output (transformers'
      ``prompt_lookup_num_tokens``): a deterministic proposal, ``q`` a point mass.
    * ``ForcedTokens()`` — nothing beyond the forced run.
+   * ``engine.spec_tree.DraftTree(lm, width=2, branch_below=0.6, max_nodes=16)`` — a draft model
+     proposing a *token tree*: one child per node, up to ``width`` children where the draft's top
+     probability is below ``branch_below``, ``k`` levels, ``max_nodes`` nodes; sampled children
+     are drawn without replacement. The whole tree is verified in one target pass
+     (``engine.lm.tree_logits``: ``HFCausalLM`` feeds the tree after the cached context with a
+     tree attention mask) with the multi-draft rule below.
+   * ``engine.jacobi.JacobiDraft()`` (``draft_model="jacobi"`` or ``"lookahead"``) — no draft
+     model: the target's own predictions from the last verification (fixed-point guesses along
+     the rejected branch) and an n-gram pool of its predictions and of the text, as a
+     deterministic token tree (lookahead decoding, Fu et al. 2024).
+
+   A source opts into trees with ``propose_tree`` and into seeing the target's verification
+   logits with ``observe_verification`` (both optional; ``propose``'s signature is unchanged).
 
    Every draft token is checked on a forked matcher before the target sees it; a draft is
    trimmed at its first invalid token and ends after EOS.
@@ -29,8 +42,18 @@ One sequence at a time. Each round:
    state after the draft. Greedy (``temperature=0``): a draft token is accepted while it equals
    the target's constrained argmax (the argmax ``engine.decoding`` takes: the masked logits, first
    index on ties), and the argmax is emitted at the first mismatch.
+   A token tree is verified by walking it from the root (``engine.spec_tree``): at a node the
+   children ``x_1, x_2, …`` are tried in order, ``x_i`` accepted with ``min(1, p(x_i)/q_i(x_i))``
+   (``q_i`` the law of that draw given its earlier siblings: a point mass for a deterministic
+   proposal, ``q`` minus the earlier siblings for draws without replacement); after each
+   rejection ``p ← normalize(max(0, p − q_i))``; the walk descends into the accepted child, and
+   where every child is rejected (or at a leaf) the token is drawn from the current ``p``.
+   Greedy walks follow the target's constrained argmax. Every tree node is checked on a forked
+   matcher first: invalid deterministic nodes are pruned with their subtrees; an invalid sampled
+   node stays as a ghost draw that the rule rejects without a target row.
 3. **Commit.** Only accepted tokens (and the corrected or bonus one) advance the real matcher;
-   drafting and verification walk forks, so nothing needs rolling back.
+   drafting and verification walk forks, so nothing needs rolling back. A source with
+   ``observe_verification`` then sees what the target computed (``Verification``).
 
 How many tokens to draft (``k``): a fixed int, or ``"auto"`` — a ``GoodputController`` per
 request picks each round's ``k`` in ``0..max_k`` maximising expected committed tokens per second
@@ -61,6 +84,11 @@ the threshold, so a token that reaches verification is drawn from ``q`` conditio
 ``q ≥ h``: that conditional is the ``q`` it is verified with, as for trimmed unconstrained drafts.
 An unfiltered invalid token carries ``q`` = a point mass and ``p = 0``: always rejected, and the
 token drawn instead comes from ``normalize(max(0, p − q)) = p``.
+For trees, the same argument applies child by child: if ``x_i`` is distributed as ``q_i`` given
+everything before it, trying ``x_i`` and otherwise recursing on the residual emits ``p`` exactly
+(``min(p, q_i) + max(0, p − q_i) = p``; proof in ``engine.spec_tree``), and an accepted child's
+own children were drawn given its path only. ``JacobiDraft``'s proposals are functions of what
+was committed and verified before, so each is a point mass.
 
 Which samplers compose: only locally normalised ones — the masked sampler (``MaskedSampler``,
 any temperature/top-k/top-p). The acceptance rule reproduces a *per-token* distribution ``p``
@@ -84,12 +112,23 @@ import torch
 
 from engine.decoding import FinishReason
 from engine.lm import HFCausalLM, LanguageModel
+from engine.spec_tree import (
+    _MAX_FORCED,
+    Draft,
+    TokenTree,
+    Verification,
+    _distribution,
+    _fit,
+    _greedy,
+    _masked_logits,
+    draft_tree,
+    verify_tree,
+)
 from grammars import TokenVocabulary, allocate_token_bitmask
 from grammars.bitmask import unpack_bits
 from samplers import (
     NoAllowedToken,
     SamplingParams,
-    apply_token_bitmask_inplace,
     sample_categorical,
 )
 from samplers._numeric import uniforms
@@ -97,34 +136,21 @@ from samplers.base import process_logits
 
 __all__ = [
     "Draft",
-    "DraftSource",
     "DraftModel",
-    "PromptLookup",
+    "DraftSource",
     "ForcedTokens",
     "GoodputController",
+    "PromptLookup",
     "SpeculativeOutput",
-    "speculative_decode",
     "resolve_draft",
+    "speculative_decode",
 ]
 
-#: the longest forced run drafted in one round (beyond ``k``)
-_MAX_FORCED = 64
 #: the default sampling parameters (plain softmax at temperature 1)
 _DEFAULT_PARAMS = SamplingParams()
 #: the largest ``k`` ``"auto"`` drafts by default: E[k] grows by a^k per extra token, under 0.2
 #: beyond 8 tokens for a = 0.8, while each extra token costs a draft step and a verified row
 DEFAULT_MAX_SPECULATIVE_TOKENS = 8
-
-
-@dataclass(frozen=True)
-class Draft:
-    """One drafted token and the distribution it was drawn from (``q``: probabilities over the
-    logits width; ``None``: a deterministic proposal, a point mass on ``token``). ``forced``: the
-    grammar's only allowed token (accepted without verification)."""
-
-    token: int
-    q: torch.Tensor | None = None
-    forced: bool = False
 
 
 @runtime_checkable
@@ -133,45 +159,18 @@ class DraftSource(Protocol):
 
     ``matcher`` is a fork at the state after ``context`` that the source may advance freely. The
     caller checks every token again and trims at the first invalid one.
+
+    Two optional members (looked up with ``getattr``, so a source without them keeps working):
+    ``propose_tree(context, matcher, k, params, generator, vocab) -> TokenTree`` (a token tree of at
+    most ``k`` levels, ``engine.spec_tree``; the decoder then verifies the tree instead of calling
+    ``propose``) and ``observe_verification(verification)`` (called after every target call with
+    an ``engine.spec_tree.Verification``: the target's logits at the verified positions, the
+    accepted nodes and the committed tokens; ``engine.jacobi.JacobiDraft`` drafts from them).
     """
 
     def propose(self, context: list[int], matcher, k: int, params: SamplingParams,
                 generator: torch.Generator | None, vocab: TokenVocabulary) -> list[Draft]:
         ...
-
-
-def _fit(logits: torch.Tensor, width: int) -> torch.Tensor:
-    """A 1-D float row of exactly ``width`` columns (a draft model's output layer may differ in
-    padding: extra columns are padding, missing ones are never allowed)."""
-    row = logits.detach().float().reshape(-1)
-    if row.shape[0] == width:
-        return row.clone()
-    if row.shape[0] > width:
-        return row[:width].clone()
-    pad = torch.full((width - row.shape[0],), float("-inf"), dtype=row.dtype, device=row.device)
-    return torch.cat([row, pad])
-
-
-def _masked_logits(logits: torch.Tensor, matcher, width: int) -> torch.Tensor:
-    words = allocate_token_bitmask(1, width)
-    matcher.fill_mask(words, 0)
-    masked = _fit(logits, width)
-    apply_token_bitmask_inplace(masked, words[0])
-    return masked
-
-
-def _distribution(masked: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """float64 probabilities from masked logits (``NoAllowedToken`` when everything is ``-inf``)."""
-    if torch.isneginf(masked).all():
-        raise NoAllowedToken("every token is masked out in this state")
-    return torch.softmax(process_logits(masked, params).double(), dim=-1).cpu()
-
-
-def _greedy(masked: torch.Tensor) -> int:
-    best = int(torch.argmax(masked))
-    if masked[best] == float("-inf"):
-        raise NoAllowedToken("every token is masked out in this state")
-    return best
 
 
 @dataclass
@@ -426,7 +425,10 @@ class SpeculativeOutput:
     ``accepted_per_call``: tokens committed by each target call (accepted drafts plus the
     corrected or bonus token); ``k_per_call``: the ``k`` each round asked the source for.
     ``per_token_s``: seconds per round; ``draft_s``/``verify_s``: seconds in the draft source and
-    in verification (target call, masks, acceptance), summed.
+    in verification (target call, masks, acceptance), summed. Token trees (``propose_tree``
+    sources): ``drafted`` counts the verified nodes, ``trimmed`` the rounds with a pruned node,
+    ``invalid_tokens`` the pruned nodes; ``tree_nodes`` the source's nodes checked and
+    ``tree_check_s`` the seconds the check took (fork, ``allows``, ``advance`` per node).
     """
 
     token_ids: list[int]
@@ -444,6 +446,8 @@ class SpeculativeOutput:
     per_token_s: list[float] = field(default_factory=list)
     draft_s: float = 0.0
     verify_s: float = 0.0
+    tree_nodes: int = 0
+    tree_check_s: float = 0.0
 
     @property
     def tokens_per_call(self) -> float:
@@ -496,8 +500,14 @@ def speculative_decode(
     controller = _controller(k, max_k)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
-    if not callable(getattr(draft, "propose", None)):
-        raise TypeError(f"draft must be a DraftModel, PromptLookup or ForcedTokens, got {type(draft).__name__}")
+    trees = callable(getattr(draft, "propose_tree", None))
+    if not (trees or callable(getattr(draft, "propose", None))):
+        raise TypeError(f"draft must be a draft source (DraftModel, DraftTree, JacobiDraft, PromptLookup, "
+                        f"ForcedTokens), got {type(draft).__name__}")
+    if trees and not filter_drafts:
+        raise ValueError("filter_drafts=False is for chain drafts; a token tree is always checked node by node")
+    observe = getattr(draft, "observe_verification", None)
+    observe = observe if callable(observe) else None
     width = vocab.logits_width
     if target_lm.logits_width != width:
         raise ValueError(f"vocabulary logits_width {width} != model logits_width {target_lm.logits_width}")
@@ -525,26 +535,41 @@ def speculative_decode(
             break
         context = prompt + out.token_ids
         round_k = controller.choose() if controller is not None else k
-        drafted = _draft(draft, context, matcher, min(round_k, remaining - 1), remaining - 1, params, generator,
-                         vocab, filter_drafts)
-        drafts = drafted.drafts
+        from_source = out.accepted - out.forced_tokens
+        if trees:
+            drafted = draft_tree(draft, context, matcher, min(round_k, remaining - 1), remaining - 1, params,
+                                 generator, vocab)
+            out.tree_nodes += drafted.proposed
+            out.tree_check_s += drafted.check_s
+            verify_start = time.perf_counter()
+            committed, rejected, seen = verify_tree(target_lm, context, matcher, drafted.tree, width, params,
+                                                    generator, out)
+            verified = drafted.source_nodes
+            n_drafted = sum(not node.pruned for node in drafted.tree.nodes)
+        else:
+            drafted = _draft(draft, context, matcher, min(round_k, remaining - 1), remaining - 1, params, generator,
+                             vocab, filter_drafts)
+            drafts = drafted.drafts
+            if out.target_calls == 0 and any(not d.forced for d in drafts):
+                # prefill the context alone first: a KV-caching model (HFCausalLM) then extends one
+                # cached row for every verified prefix instead of prefilling each of them in full
+                target_lm.next_logits([context])
+            verify_start = time.perf_counter()
+            committed, rejected, seen = _verify(target_lm, context, matcher, drafts, width, params, generator, out)
+            verified = sum(not d.forced for d in drafts)
+            n_drafted = len(drafts)
         out.trimmed += drafted.invalid > 0
         out.invalid_tokens += drafted.invalid
-        if out.target_calls == 0 and any(not d.forced for d in drafts):
-            # prefill the context alone first: a KV-caching model (HFCausalLM) then extends one
-            # cached row for every verified prefix instead of prefilling each of them in full
-            target_lm.next_logits([context])
-        verify_start = time.perf_counter()
-        from_source = out.accepted - out.forced_tokens
-        committed, rejected = _verify(target_lm, context, matcher, drafts, width, params, generator, out)
         now = time.perf_counter()
+        if observe is not None:
+            observe(seen)
         if controller is not None:  # a trimmed (or unfiltered invalid) token is a rejection too
             controller.observe(proposed=drafted.proposed, accepted=out.accepted - out.forced_tokens - from_source,
                                rejected=rejected or drafted.invalid > 0, draft_s=drafted.seconds,
-                               verified=sum(not d.forced for d in drafts), verify_s=now - verify_start,
+                               verified=verified, verify_s=now - verify_start,
                                timed=out.target_calls > 0)  # the first round pays the draft's prefill
         out.target_calls += 1
-        out.drafted += len(drafts)
+        out.drafted += n_drafted
         out.accepted_per_call.append(len(committed))
         out.k_per_call.append(round_k)
         out.draft_s += drafted.seconds
@@ -608,9 +633,18 @@ def _draft(source, context, matcher, k, room, params, generator, vocab, filter_d
     return out
 
 
-def _verify(target_lm, context, matcher, drafts, width, params, generator, out) -> tuple[list[int], bool]:
-    """The tokens this round commits (accepted drafts, then the corrected or bonus token), and
-    whether a draft was rejected."""
+def _verify(target_lm, context, matcher, drafts, width, params, generator, out) -> tuple[list[int], bool, Any]:
+    """The tokens this round commits (accepted drafts, then the corrected or bonus token), whether
+    a draft was rejected, and what the target saw (an ``engine.spec_tree.Verification``)."""
+    committed, rejected, logits = _verify_chain(target_lm, context, matcher, drafts, width, params, generator, out)
+    accepted = list(range(len(committed) - (1 if rejected or len(committed) > len(drafts) else 0)))
+    return committed, rejected, Verification(list(context), TokenTree.chain(drafts),
+                                             {i - 1: row for i, row in logits.items()}, accepted, committed)
+
+
+def _verify_chain(target_lm, context, matcher, drafts, width, params, generator, out):
+    """``_verify``'s walk: the committed tokens, whether a draft was rejected, and the target's
+    logits by position (``i``: after ``context + drafts[:i]``)."""
     # forced drafts are accepted without reading their logits: score only the other positions
     scored = [i for i, d in enumerate(drafts) if not d.forced] + [len(drafts)]
     rows = target_lm.next_logits([context + [d.token for d in drafts[:i]] for i in scored])
@@ -630,7 +664,7 @@ def _verify(target_lm, context, matcher, drafts, width, params, generator, out) 
             best = _greedy(masked)
             if d.token != best:
                 committed.append(best)
-                return committed, True
+                return committed, True, logits
         else:
             p = _distribution(masked, params)
             px = float(p[d.token])
@@ -638,15 +672,15 @@ def _verify(target_lm, context, matcher, drafts, width, params, generator, out) 
             ratio = px / qx if qx > 0 else 0.0
             if ratio < 1.0 and not float(uniforms(1, generator)[0]) < ratio:
                 committed.append(_residual(p, d, generator))
-                return committed, True
+                return committed, True, logits
         out.accepted += 1
         committed.append(d.token)
         state.advance(d.token)
         if state.is_terminated():  # EOS accepted: no bonus
-            return committed, False
+            return committed, False, logits
     masked = _masked_logits(logits[len(drafts)], state, width)
     committed.append(_greedy(masked) if greedy else sample_categorical(_distribution(masked, params), generator))
-    return committed, False
+    return committed, False, logits
 
 
 def _residual(p: torch.Tensor, d: Draft, generator) -> int:
@@ -662,28 +696,52 @@ def _residual(p: torch.Tensor, d: Draft, generator) -> int:
 
 
 def resolve_draft(spec: Any, *, device=None, dtype=None) -> DraftSource:
-    """A draft source from ``generate``'s ``draft_model=``: ``"prompt_lookup"``, ``"forced"``, a
-    source instance, a ``LanguageModel``, a transformers causal LM or a path / hub id."""
+    """A draft source from ``generate``'s ``draft_model=``: ``"prompt_lookup"``, ``"forced"``,
+    ``"jacobi"`` / ``"lookahead"`` (a fresh ``engine.jacobi.JacobiDraft``), a source instance
+    (``DraftTree`` for token trees), a ``LanguageModel``, a transformers causal LM or a path / hub id;
+    a masked-diffusion model (a ``MaskedDiffusionLM``, a transformers masked LM, a checkpoint whose
+    config names one, or ``"diffusion:PATH"``) drafts through ``engine.diffusion_draft.DiffusionDraft``."""
+    from engine.diffusion_draft import DiffusionDraft  # it builds on this module
+    from engine.diffusion_lm import (
+        HFMaskedDiffusionLM,
+        MaskedDiffusionLM,
+        is_masked_diffusion_checkpoint,
+        is_masked_diffusion_config,
+    )
+
+    if isinstance(spec, str) and spec.startswith("diffusion:"):
+        return DiffusionDraft.from_pretrained(os.path.expanduser(spec.removeprefix("diffusion:")), device=device,
+                                              dtype=dtype)
     if isinstance(spec, str) and spec in ("prompt_lookup", "forced"):
         return PromptLookup() if spec == "prompt_lookup" else ForcedTokens()
+    if isinstance(spec, str) and spec in ("jacobi", "lookahead"):
+        from engine.jacobi import JacobiDraft
+
+        return JacobiDraft()
     if isinstance(spec, (DraftModel, PromptLookup, ForcedTokens)):
         return spec
     if isinstance(spec, (str, os.PathLike)):
         local = os.path.exists(os.path.expanduser(str(spec)))
         source = os.path.expanduser(str(spec)) if local else str(spec)
+        if is_masked_diffusion_checkpoint(source, local_files_only=local):
+            return DiffusionDraft.from_pretrained(source, device=device, dtype=dtype)
         return DraftModel(HFCausalLM.from_pretrained(source, device=device, dtype=dtype, local_files_only=local))
     try:
         from transformers import PreTrainedModel
     except ImportError:  # pragma: no cover - transformers is a dependency
         PreTrainedModel = ()
     if PreTrainedModel and isinstance(spec, PreTrainedModel):
+        if is_masked_diffusion_config(getattr(spec, "config", None)):
+            return DiffusionDraft(HFMaskedDiffusionLM(spec, device=device, dtype=dtype))
         return DraftModel(HFCausalLM(spec, device=device, dtype=dtype))
+    if isinstance(spec, MaskedDiffusionLM) and not isinstance(spec, LanguageModel):
+        return DiffusionDraft(spec)
     if isinstance(spec, LanguageModel):
         return DraftModel(spec)
-    if callable(getattr(spec, "propose", None)):
+    if callable(getattr(spec, "propose", None)) or callable(getattr(spec, "propose_tree", None)):
         return spec
-    raise TypeError(f"draft_model must be a causal model, a path, a LanguageModel, a draft source or "
-                    f"'prompt_lookup'; got {type(spec).__name__}")
+    raise TypeError(f"draft_model must be a causal model, a masked-diffusion model, a path, a LanguageModel, "
+                    f"a draft source, 'prompt_lookup', 'forced', 'jacobi' or 'diffusion:PATH'; got {type(spec).__name__}")
 
 
 _COMPOSES = ("ASAp, AWRS and SMC reweight whole sequences (learnt future-validity estimates, importance "

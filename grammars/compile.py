@@ -65,10 +65,11 @@ from grammars.errors import LimitExceeded, UnsupportedGrammarError
 from grammars.frontends import parse_gbnf, parse_lark, parse_regex
 from grammars.ir import Alt, Chars, Grammar, Literal, Ref, Repeat, Seq, _children, _Node
 from grammars.limits import Limits
-from grammars.masks.runtime import BoundedCache, GrammarRuntime
+from grammars.masks.runtime import GrammarRuntime
 from grammars.masks.token_dfa import TokenDFA
 from grammars.masks.token_walk import WalkCache
 from grammars.matcher import Matcher
+from grammars.memo import shared_automata
 from grammars.vocab.gguf import default_cache_root
 from grammars.vocab.trie import TokenTrie
 from grammars.vocab.vocabulary import TokenVocabulary
@@ -262,7 +263,6 @@ class Compiler:
         self._walks = WalkCache(self._trie, vocab.logits_width, walk_cache_bytes)
         self._cache = _CompileCache(cache_size, cache_bytes)
         self._disk = None if cache_dir is None else _DiskCache(Path(cache_dir), cache_dir_bytes)
-        self._dfa_cache = BoundedCache(4096)
 
     def cache_info(self) -> dict:
         """Counters of the compile cache: ``entries`` (grammars), ``keys`` (a grammar is found
@@ -369,11 +369,16 @@ class Compiler:
         )).encode("utf-8", "surrogatepass")
 
     def _compile_dfa(self, expr):
-        dfa = self._dfa_cache.get(expr)
+        """The byte DFA of a regular expression, from the process-wide automata table when any
+        compiler built it under the same ``Limits`` (``grammars.memo``)."""
+        dfa = self._known_dfa(expr)
         if dfa is None:
-            dfa = compile_regular(expr, self.limits, self._compile_dfa, self._dfa_cache.get)
-            self._dfa_cache.put(expr, dfa)
+            dfa = compile_regular(expr, self.limits, self._compile_dfa, self._known_dfa)
+            shared_automata().put(("regular", expr, self.limits), dfa)
         return dfa
+
+    def _known_dfa(self, expr):
+        return shared_automata().get(("regular", expr, self.limits))
 
     def _build(self, grammar: Grammar) -> CompiledGrammar:
         with _nesting_guard():

@@ -26,7 +26,9 @@ Options are each engine's natural defaults except where noted, and are recorded 
   .compile_json_schema(schema, **schema_options)`` with ``schema_options = {"whitespace":
   "flexible"}`` (MaskBench's instances have spaces after ``:`` and ``,``; a schema that accepts
   nothing, such as ``false``, gives a matcher that rejects every instance); ``reset_caches`` gives it a fresh ``Compiler``, so neither
-  its compiled-grammar LRU nor its token-walk cache carries work from one file to the next. A
+  its compiled-grammar LRU nor its token-walk cache carries work from one file to the next (the
+  process-wide table of byte automata, ``grammars.memo``, does: what schemas share, such as
+  string bodies with the same bounds, keys and integer ranges, is built once per worker). A
   runner may set ``schema_options`` (the Test Suite runner adds its remote documents).
 - llguidance: GBNF and regexes through ``llguidance.grammar_from(kind, text)`` — GBNF is
   converted (``gbnf_to_lark``) to its Lark dialect, which has a *greedy lexer*, so some strings
@@ -306,7 +308,8 @@ class CorralEngine(_PackedMaskAdapter):
                     f".compile_json_schema(schema, whitespace={whitespace!r})",
             "whitespace": whitespace,
             "cache": "fresh Compiler per schema (no compiled grammar or token walk carried across files; "
-                     "the UTF-8 automata of character classes are memoised per process)",
+                     "byte automata, which are pure functions of their expressions, are memoised per "
+                     "process: grammars.memo)",
         }
 
     def reset_caches(self) -> None:

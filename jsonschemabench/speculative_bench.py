@@ -13,7 +13,22 @@ path) and once per speculative configuration (``engine.speculative.speculative_d
   first invalid token before verification (``filter``) and without (``no-filter``: the invalid
   token goes to the target, which rejects it);
 * ``prompt_lookup`` — n-gram copy from prompt + output, ``filter``/``no-filter`` and ``auto``;
-* ``forced`` — only the grammar's forced runs.
+* ``forced`` — only the grammar's forced runs;
+* ``draft-tree`` — the draft model proposing a token tree (``engine.spec_tree.DraftTree``:
+  ``--tree-width`` children where its top probability is below ``--branch-below``, at most
+  ``--tree-nodes`` nodes, ``k`` levels), verified in one target pass with a tree attention mask;
+* ``jacobi`` — no draft model: the target's own fixed-point guesses and n-gram pool
+  (``engine.jacobi.JacobiDraft``, lookahead decoding), as a tree of the same bounds;
+* ``diffusion`` — with ``--diffusion-draft PATH``, a masked-diffusion model drafting a block in
+  one pass (``engine.diffusion_draft.DiffusionDraft``): the most probable valid path through its
+  per-position distributions, by DINGO when the schema's grammar is regular (its token DFA built
+  untimed first), by a search over forked matchers otherwise; fixed ``--k`` and ``auto``.
+
+The cost of a token-tree node is reported under the table, twice: replayed without a model
+(``tree_node_cost``: trees built along the baseline outputs and checked on forked matchers, best
+of 3 passes — the figure to compare with a grammar engine's per-node cost) and as measured in
+the tree runs (the decoder's check, ``tree_check_s`` per node, and for ``jacobi`` the source's
+own drafting per node: pool lookups and its own matcher walk), in µs.
 
 Reported per configuration: tokens committed per target call (accepted drafts + the corrected
 or bonus token; the baseline's figure is tokens per model call, forced runs fast-forwarded),
@@ -52,7 +67,8 @@ from . import outputs, report
 from .e2e import PROMPT_TEMPLATE, validate
 from .maskbench import default_shared
 
-__all__ = ["CONFIGS", "Config", "add_arguments", "main", "mask_wait", "render_markdown", "run", "summarize"]
+__all__ = ["CONFIGS", "Config", "add_arguments", "main", "mask_wait", "render_markdown", "run", "summarize",
+           "tree_node_cost"]
 
 #: what a run writes to its folder
 OUTPUTS = ("rows.jsonl", "summary.json", "summary.md")
@@ -63,7 +79,7 @@ BASELINE = "constrained AR"
 class Config:
     """One speculative configuration: the draft source, ``k`` (an int or ``"auto"``), filtering."""
 
-    source: str  # "draft-model", "draft-unmasked", "prompt_lookup" or "forced"
+    source: str  # "draft-model", "draft-unmasked", "draft-tree", "prompt_lookup", "jacobi", "diffusion" or "forced"
     k: int | str
     filter_drafts: bool = True
 
@@ -72,14 +88,20 @@ class Config:
         return f"{self.source} k={self.k}" + ("" if self.filter_drafts else " no-filter")
 
 
-def configs(k: int, with_draft: bool) -> list[Config]:
-    """The configurations of a run (the draft-model ones only with a draft model)."""
+def configs(k: int, with_draft: bool, with_diffusion: bool = False) -> list[Config]:
+    """The configurations of a run (the draft-model ones only with a draft model, the diffusion
+    ones only with a diffusion drafter)."""
     out = []
     if with_draft:
         out += [Config("draft-model", k), Config("draft-model", "auto"),
                 Config("draft-unmasked", k), Config("draft-unmasked", k, False)]
     out += [Config("prompt_lookup", k), Config("prompt_lookup", k, False), Config("prompt_lookup", "auto"),
             Config("forced", k)]
+    if with_draft:
+        out.append(Config("draft-tree", k))
+    out.append(Config("jacobi", k))
+    if with_diffusion:
+        out += [Config("diffusion", k), Config("diffusion", "auto")]
     return out
 
 
@@ -124,9 +146,27 @@ def prompt_ids(vocab: Any, schema: Any) -> list[int]:
     return ([bos] if adds_bos else []) + vocab.encode(text)
 
 
-def _source(config: Config, draft_lm: Any, stop_below: float) -> Any:
+@dataclass(frozen=True)
+class TreeShape:
+    """The bounds of the tree configurations' trees."""
+
+    width: int = 2
+    branch_below: float = 0.6
+    max_nodes: int = 16
+
+
+def _source(config: Config, draft_lm: Any, stop_below: float, tree: TreeShape = TreeShape(),
+            diffusion: Any = None, grammar: Any = None) -> Any:
+    from engine.jacobi import JacobiDraft
+    from engine.spec_tree import DraftTree
     from engine.speculative import DraftModel, ForcedTokens, PromptLookup
 
+    if config.source == "diffusion":
+        return diffusion.with_grammar(grammar)
+    if config.source == "draft-tree":
+        return DraftTree(draft_lm, width=tree.width, branch_below=tree.branch_below, max_nodes=tree.max_nodes)
+    if config.source == "jacobi":
+        return JacobiDraft(width=tree.width, max_nodes=tree.max_nodes)
     if config.source == "draft-model":
         return DraftModel(draft_lm, stop_below=stop_below)
     if config.source == "draft-unmasked":
@@ -141,7 +181,8 @@ def _source(config: Config, draft_lm: Any, stop_below: float) -> Any:
 
 def run_schema(name: str, schema: Any, *, target: Any, draft: Any, vocab: Any, compiler: Any,
                configs: Sequence[Config], max_tokens: int, max_k: int, temperature: float, seed: int,
-               stop_below: float = 0.0, repeats: int = 1) -> list[dict]:
+               stop_below: float = 0.0, repeats: int = 1, tree: TreeShape = TreeShape(),
+               diffusion: Any = None) -> list[dict]:
     """The baseline and every configuration on one schema: one row each. With ``repeats`` > 1
     each generation runs that many times (same seed, so the same output) and keeps the fastest:
     on a shared machine the minimum is the least disturbed time."""
@@ -153,6 +194,10 @@ def run_schema(name: str, schema: Any, *, target: Any, draft: Any, vocab: Any, c
 
     ids = prompt_ids(vocab, schema)
     grammar = compiler.compile_json_schema(schema)
+    if diffusion is not None and grammar.is_regular:  # DINGO's token DFA: built once per grammar, untimed
+        from samplers.dingo import prepare
+
+        prepare(grammar.as_dfa())
     sampled = temperature > 0
     base_s = float("inf")
     for _ in range(repeats):
@@ -167,7 +212,7 @@ def run_schema(name: str, schema: Any, *, target: Any, draft: Any, vocab: Any, c
              "validity": verdict, "forced": base.forced_tokens, "token_ids": base.token_ids}]
     params = SamplingParams(temperature=temperature)
     for config in configs:
-        if config.source.startswith("draft") and draft is None:
+        if (config.source.startswith("draft") and draft is None) or (config.source == "diffusion" and diffusion is None):
             continue
         seconds = float("inf")
         for _ in range(repeats):
@@ -176,7 +221,8 @@ def run_schema(name: str, schema: Any, *, target: Any, draft: Any, vocab: Any, c
                 draft.reset()
             generator = torch.Generator().manual_seed(seed) if sampled else None
             t0 = time.perf_counter()
-            out = speculative_decode(target, _source(config, draft, stop_below), vocab, ids, grammar.matcher(),
+            source = _source(config, draft, stop_below, tree, diffusion, grammar)
+            out = speculative_decode(target, source, vocab, ids, grammar.matcher(),
                                      k=config.k, max_k=max_k, max_tokens=max_tokens, params=params,
                                      generator=generator, filter_drafts=config.filter_drafts)
             seconds = min(seconds, time.perf_counter() - t0)
@@ -189,8 +235,11 @@ def run_schema(name: str, schema: Any, *, target: Any, draft: Any, vocab: Any, c
             "forced": out.forced_tokens, "invalid_tokens": out.invalid_tokens, "trimmed": out.trimmed,
             "k_mean": sum(out.k_per_call) / len(out.k_per_call) if out.k_per_call else 0.0,
             "seconds": seconds, "draft_s": out.draft_s, "verify_s": out.verify_s,
+            "tree_nodes": out.tree_nodes, "tree_check_s": out.tree_check_s,
             "finish_reason": out.finish_reason, "validity": verdict,
             "same_as_baseline": out.token_ids == base.token_ids if not sampled else None,
+            **({"dingo_drafts": source.dingo_drafts, "searched_drafts": source.searched_drafts}
+               if config.source == "diffusion" else {}),
         })
     return rows
 
@@ -238,6 +287,63 @@ def mask_wait(paths: Sequence[tuple[Any, Sequence[int]]], batch: int, positions:
     return total / steps if steps else None
 
 
+
+@dataclass
+class _ReplayTree:
+    """A draft source proposing a token tree along a known output: at each of ``depth`` levels
+    the output's next token, with ``width − 1`` siblings taken from further along the output
+    (often invalid there: the check prunes them)."""
+
+    tokens: Sequence[int]
+    at: int = 0
+    width: int = 2
+
+    def propose_tree(self, context, matcher, k, params, generator, vocab):
+        from engine.spec_tree import TokenTree
+
+        tree, parent = TokenTree(), -1
+        for d in range(min(k, len(self.tokens) - self.at)):
+            token = self.tokens[self.at + d]
+            node = tree.add(token, parent)
+            for s in range(1, self.width):
+                sibling = self.tokens[(self.at + d + 2 * s) % len(self.tokens)]
+                if sibling != token:
+                    tree.add(sibling, parent)
+            parent = node
+        return tree
+
+
+def tree_node_cost(paths: Sequence[tuple[Any, Sequence[int]]], *, depth: int = 4, width: int = 2,
+                   repeats: int = 3, max_steps: int = 64) -> tuple[float, int] | None:
+    """Seconds per node to build a token tree and check it (``engine.spec_tree.draft_tree``: a
+    matcher fork and one ``try_advance`` per node), replayed along outputs, and the nodes timed.
+
+    ``paths``: ``(compiled grammar, token ids)``. At each of the first ``max_steps`` positions a
+    tree of ``depth`` levels follows the output with ``width − 1`` siblings per level
+    (``_ReplayTree``); the time is the source's building plus the check, per proposed node, the
+    best of ``repeats`` passes (a shared machine's noise). No model runs. ``None`` without nodes.
+    """
+    from engine.spec_tree import draft_tree
+    from samplers import SamplingParams
+
+    greedy = SamplingParams(temperature=0)
+    best, nodes = None, 0
+    for _ in range(repeats):
+        seconds, count = 0.0, 0
+        for grammar, tokens in paths:
+            matcher = grammar.matcher()
+            tokens = list(tokens)
+            for at in range(min(max_steps, len(tokens))):
+                source = _ReplayTree(tokens, at, width)
+                drafted = draft_tree(source, [0], matcher, depth, depth + 64, greedy, None, grammar.vocab)
+                seconds += drafted.seconds + drafted.check_s
+                count += drafted.proposed
+                if not matcher.try_advance((tokens[at],)):
+                    break
+        if count and (best is None or seconds / count < best):
+            best, nodes = seconds / count, count
+    return None if best is None else (best, nodes)
+
 # --- summary ------------------------------------------------------------------------------------
 
 
@@ -273,6 +379,8 @@ def summarize(rows: Sequence[Mapping], mask_rows: Sequence[Mapping] = (), meta: 
                 "same_as_baseline": None if any(r["same_as_baseline"] is None for r in sel)
                 else sum(bool(r["same_as_baseline"]) for r in sel),
                 "draft_s": sum(r["draft_s"] for r in sel), "verify_s": sum(r["verify_s"] for r in sel),
+                "tree_nodes": sum(r.get("tree_nodes", 0) for r in sel),
+                "tree_check_s": sum(r.get("tree_check_s", 0.0) for r in sel),
             }
         per_config.append(entry)
     return {"configs": per_config, "mask_wait": list(mask_rows), "schemas": len(files), "meta": dict(meta or {})}
@@ -302,6 +410,17 @@ def render_markdown(summary: Mapping) -> str:
         lines += ["", "Filtering (drafts trimmed at their first invalid token) vs not: " + "; ".join(
             f"{a}: {_f(by[a].get('acceptance'), '.1%')} vs {_f(by[b].get('acceptance'), '.1%')} acceptance, "
             f"{by[a]['seconds']:.2f} s vs {by[b]['seconds']:.2f} s" for a, b in pairs)]
+    replay = summary.get("tree_node")
+    if replay:
+        lines += ["", (f"Token-tree node, replayed along the baseline outputs (no model): "
+                       f"{replay['us']:.2f} µs to build and check ({replay['nodes']} nodes, depth "
+                       f"{replay['depth']}, width {replay['width']}, best of {replay['repeats']})")]
+    trees = [c for c in summary["configs"] if c.get("tree_nodes")]
+    if trees:
+        lines += ["", "Cost per tree node in the runs above (µs): " + "; ".join(
+            f"{c['config']}: check {1e6 * c['tree_check_s'] / c['tree_nodes']:.1f}"
+            + (f", drafting {1e6 * c['draft_s'] / c['tree_nodes']:.1f}" if c["config"].startswith("jacobi") else "")
+            + f" ({c['tree_nodes']} nodes)" for c in trees)]
     if summary["mask_wait"]:
         lines += ["", "Mask wait per step (CPU, replayed; see the module docstring):", "",
                   "| batch | AR: 1 mask / row (ms) | speculative: n+1 masks / row (ms) | n |", "|---|---|---|---|"]
@@ -328,11 +447,16 @@ def run(args: argparse.Namespace, say: Callable[[str], None] = outputs.log) -> d
     draft = HFCausalLM.from_pretrained(str(args.draft), local_files_only=True) if args.draft else None
     if draft is not None and draft.logits_width != target.logits_width:
         raise ValueError(f"the draft model scores {draft.logits_width} tokens, the target {target.logits_width}")
+    diffusion = None
+    if args.diffusion_draft:
+        from engine.diffusion_draft import DiffusionDraft
+
+        diffusion = DiffusionDraft.from_pretrained(str(args.diffusion_draft), block=args.diffusion_block)
     compiler = Compiler(vocab)
     data = args.data or default_shared("jsonschemabench", "maskbench")
     schemas = held_out_schemas(data, args.schemas, args.seed, held_out_only=args.files == "held-out",
                                compiler=compiler, say=say)
-    chosen = configs(args.k, draft is not None)
+    chosen = configs(args.k, draft is not None, diffusion is not None)
     args.out.mkdir(parents=True, exist_ok=True)
     say(f"speculative: {len(schemas)} schemas x ({len(chosen)} configurations + baseline), "
         f"max_tokens {args.max_tokens} -> {args.out}")
@@ -344,7 +468,8 @@ def run(args: argparse.Namespace, say: Callable[[str], None] = outputs.log) -> d
         for i, (name, schema) in enumerate(schemas):
             got = run_schema(name, schema, target=target, draft=draft, vocab=vocab, compiler=compiler, configs=chosen,
                              max_tokens=args.max_tokens, max_k=args.max_k, temperature=args.temperature,
-                             seed=args.seed + i, stop_below=args.stop_below, repeats=args.repeats)
+                             seed=args.seed + i, stop_below=args.stop_below, repeats=args.repeats,
+                             tree=TreeShape(args.tree_width, args.branch_below, args.tree_nodes), diffusion=diffusion)
             sink.writelines(json.dumps(row) + "\n" for row in got)
             rows += got
             base = got[0]
@@ -366,8 +491,20 @@ def run(args: argparse.Namespace, say: Callable[[str], None] = outputs.log) -> d
                               "spec_ms": None if spec is None else 1e3 * spec})
             say(f"  mask wait, batch {batch}: AR {mask_rows[-1]['ar_ms']} ms, speculative {mask_rows[-1]['spec_ms']} ms")
     summary["mask_wait"] = mask_rows
+    if schemas:
+        base_rows = {r["file"]: r for r in rows if r["config"] == BASELINE}
+        paths = [(compiler.compile_json_schema(schema), base_rows[name]["token_ids"]) for name, schema in schemas]
+        cost = tree_node_cost(paths, depth=args.k, width=max(2, args.tree_width))
+        if cost is not None:
+            summary["tree_node"] = {"us": 1e6 * cost[0], "nodes": cost[1], "depth": args.k,
+                                    "width": max(2, args.tree_width), "repeats": 3}
+            say(f"  token-tree node (replayed): {summary['tree_node']['us']:.2f} µs")
     summary["meta"]["setting"] = (f"target {args.target.name}, draft {args.draft.name if args.draft else '–'}, "
-                                  f"k={args.k}, auto up to {args.max_k}, temperature {args.temperature:g}, "
+                                  + (f"diffusion drafter {args.diffusion_draft.name} (block {args.diffusion_block}), "
+                                     if args.diffusion_draft else "")
+                                  + f"k={args.k}, auto up to {args.max_k}, trees of width {args.tree_width} "
+                                  f"(branching below {args.branch_below:g}) and {args.tree_nodes} nodes, "
+                                  f"temperature {args.temperature:g}, "
                                   f"max_tokens {args.max_tokens}, threads {args.threads}, "
                                   f"fastest of {args.repeats} run(s)")
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -383,6 +520,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="draft model folder sharing the tokenizer (python -m engine.tiny --layers 1 --hidden 64 "
                              "--heads 2 --out DIR); default: %(default)s")
     parser.add_argument("--no-draft", action="store_true", help="skip the draft-model configurations")
+    parser.add_argument("--diffusion-draft", type=Path, default=None,
+                        help="a masked-diffusion checkpoint drafting for the target (e.g. models/tiny-diffusion-json; "
+                             "same tokenizer plus a mask token); adds the diffusion configurations")
+    parser.add_argument("--diffusion-block", type=int, default=32,
+                        help="masked positions the diffusion drafter's pass sees (32; the first k are drafted)")
     parser.add_argument("--data", type=Path, default=None,
                         help="folder of MaskBench *.json files (default: ../shared/jsonschemabench/maskbench)")
     parser.add_argument("--files", choices=("held-out", "all"), default="held-out",
@@ -392,6 +534,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-k", type=int, default=8, help="the most tokens 'auto' drafts (8)")
     parser.add_argument("--stop-below", type=float, default=0.0,
                         help="draft-model early stop: end a draft before a token with draft probability below this (0: off)")
+    parser.add_argument("--tree-width", type=int, default=2, help="draft-tree / jacobi: most children of a node (2)")
+    parser.add_argument("--branch-below", type=float, default=0.6,
+                        help="draft-tree: branch where the draft's top probability is below this (0.6)")
+    parser.add_argument("--tree-nodes", type=int, default=16, help="draft-tree / jacobi: most nodes of a tree (16)")
     parser.add_argument("--max-tokens", type=int, default=128, help="token budget per generation, EOS included (128)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--seed", type=int, default=0, help="schema sample seed; schema i samples with seed + i")
@@ -415,8 +561,8 @@ def main(args: argparse.Namespace) -> int:
         outputs.log(f"no draft model at {args.draft} (train one with: python -m engine.tiny --layers 1 --hidden 64 "
                     f"--heads 2 --minutes 4 --out {args.draft} ...), or pass --no-draft")
         return 2
-    if min(args.k, args.max_k, args.max_tokens, args.repeats) < 1:
-        outputs.log("--k, --max-k, --max-tokens and --repeats must be at least 1")
+    if min(args.k, args.max_k, args.max_tokens, args.repeats, args.tree_width, args.tree_nodes) < 1:
+        outputs.log("--k, --max-k, --max-tokens, --repeats, --tree-width and --tree-nodes must be at least 1")
         return 2
     args.out = args.out or Path("runs") / f"speculative-{datetime.now():%Y%m%d-%H%M%S}"
     run(args)

@@ -206,6 +206,7 @@ GRAMMARS_LAYERS: dict[str, int] = {
     "grammars.contract": 1,  # the Matcher contract: numpy, typing and the errors
     "grammars.ir": 1,
     "grammars.bitmask": 1,
+    "grammars.memo": 1,  # bounded memo tables, and the process-wide one for automata
     "grammars.automata": 2,  # byte DFAs, code-point DFAs, CFG lowering, LR(0)
     "grammars.vocab": 2,  # token bytes, GGUF tokenizers, the token trie
     "grammars.frontends": 3,  # regex, GBNF, Lark, JSON Schema -> IR

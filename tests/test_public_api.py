@@ -74,8 +74,13 @@ EXPECTED: dict[str, frozenset[str]] = {
     ),
     "engine": frozenset(
         {
+            "CanvasHookError",
             "ClosingPlanner",
             "Completion",
+            "CorralCanvasProcessor",
+            "DiffusionDraft",
+            "DraftTree",
+            "JacobiDraft",
             "CorralLogitsProcessor",
             "DecodeOptions",
             "GenerationOptions",

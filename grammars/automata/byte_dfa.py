@@ -71,7 +71,9 @@ class ByteDFA:
     0..255, so two DFAs for the same language have identical tables and the same ``key``.
 
     The empty language is represented with 0 states and ``start == -1``.
-    Arrays are read-only; instances compare by identity (use ``key`` for language equality).
+    Arrays are read-only. Instances are values: equal and hashed by ``key`` (the canonical form
+    makes equal languages identical tables), so an expression embedding a DFA built again by
+    another compile is the same cache key (``grammars.memo``).
     """
 
     table: np.ndarray
@@ -101,6 +103,16 @@ class ByteDFA:
         object.__setattr__(self, "table", table)
         object.__setattr__(self, "accepting", accepting)
         object.__setattr__(self, "start", int(self.start))
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, ByteDFA):
+            return NotImplemented
+        return self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
 
     # -- shape -------------------------------------------------------------------------
 

@@ -28,9 +28,6 @@ the caches, since each memo is written after its value is whole.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from threading import Lock
-from typing import Hashable
 
 import numpy as np
 
@@ -40,6 +37,7 @@ from grammars.bitmask import mask_words, pack_bool
 from grammars.errors import LimitExceeded
 from grammars.limits import Limits
 from grammars.masks.token_walk import PathWalk, WalkCache, tokens_to_words
+from grammars.memo import BoundedCache
 from grammars.vocab.trie import TokenTrie
 
 __all__ = ["ACCEPT", "MatchState", "GrammarRuntime", "BoundedCache"]
@@ -49,32 +47,6 @@ MatchState = frozenset  # frozenset[Config]; hashable snapshot of a matcher
 
 #: The configuration meaning "the input so far is a complete sentence".
 ACCEPT: Config = (None, -1, -1)
-
-
-class BoundedCache:
-    """A thread-safe LRU map; caches here only ever hold recomputable values."""
-
-    def __init__(self, capacity: int):
-        self.capacity = max(1, int(capacity))
-        self._data: OrderedDict = OrderedDict()
-        self._lock = Lock()
-
-    def get(self, key: Hashable):
-        with self._lock:
-            value = self._data.get(key)
-            if value is not None:
-                self._data.move_to_end(key)
-            return value
-
-    def put(self, key: Hashable, value) -> None:
-        with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.capacity:
-                self._data.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._data)
 
 
 class GrammarRuntime:

@@ -13,7 +13,7 @@ import numpy as np
 
 from grammars.bitmask import pack_bool
 from grammars.contract import StateHistory, token_id
-from grammars.masks.runtime import BoundedCache
+from grammars.memo import BoundedCache
 from grammars.masks.token_walk import WalkCache
 
 __all__ = ["TokenDFA", "DFAMatcher"]

@@ -51,6 +51,7 @@ from grammars.automata.byte_dfa import (
     union,
 )
 from grammars.ir import EMPTY, NOTHING, Expr, Literal, alt, chars, repeat, seq
+from grammars.memo import shared_automata
 
 __all__ = [
     "DIGIT",
@@ -217,6 +218,15 @@ def integer_range(lo: int | None, hi: int | None) -> Expr:
 
     ``-0`` (value 0) is included exactly when 0 is in the range.
     """
+    key = ("integer_range", lo, hi)  # ranges recur across schemas; the result is immutable
+    known = shared_automata().get(key)
+    if known is None:
+        known = _integer_range(lo, hi)
+        shared_automata().put(key, known)
+    return known
+
+
+def _integer_range(lo: int | None, hi: int | None) -> Expr:
     for b in (lo, hi):
         if b is not None and len(str(abs(b))) > MAX_BOUND_DIGITS:
             raise ValueError(f"integer bound with more than {MAX_BOUND_DIGITS} digits")

@@ -35,6 +35,7 @@ implicit character counter and only pays for the states that are reachable.
 
 from __future__ import annotations
 
+import hashlib
 import typing
 from functools import lru_cache
 from typing import Collection, Iterable
@@ -69,6 +70,7 @@ from grammars.ir import (
     seq,
 )
 from grammars.limits import Limits
+from grammars.memo import shared_automata
 
 from .numbers import fixed_width_range
 
@@ -313,9 +315,21 @@ def json_string_values(values: Iterable[str], limits: Limits | None = None) -> E
     ``LimitExceeded`` at once, before a byte automaton is allocated; so does a byte automaton of
     more than twice ``max_dfa_states`` states before it is minimised, or more after.
     """
+    budget = (limits or Limits()).max_dfa_states
+    values = tuple(values)
+    # keys and enums recur across schemas; a digest keeps a large enum's key small
+    digest = hashlib.sha256("".join(f"{len(v)}:{v}" for v in values).encode("utf-8", "surrogatepass")).digest()
+    key = ("json_string_values", digest, budget)
+    known = shared_automata().get(key)
+    if known is None:
+        known = _json_string_values(values, budget)
+        shared_automata().put(key, known)
+    return known
+
+
+def _json_string_values(values: tuple[str, ...], budget: int) -> Expr:
     from grammars.automata.codepoint import CodePointDFA
 
-    budget = (limits or Limits()).max_dfa_states
     words = [v for v in values if not any(0xD800 <= ord(ch) <= 0xDFFF for ch in v)]
     if not words:
         return NOTHING
@@ -545,22 +559,32 @@ def _length_dfa(min_length: int, max_length: int | None) -> ByteDFA:
 
 def _canonical(raw: np.ndarray, accepting: np.ndarray, start: int) -> ByteDFA:
     """Renumber a trimmed, minimal table in BFS order over bytes 0..255 (``ByteDFA``'s canon)."""
-    n = raw.shape[0]
-    new = np.full(n + 1, -1, dtype=np.int64)  # new[-1] == -1
-    order = [start]
-    new[start] = 0
-    i = 0
-    while i < len(order):
-        row = raw[order[i]]
-        i += 1
-        targets, first = np.unique(row, return_index=True)
-        for t in targets[np.argsort(first)].tolist():
-            if t >= 0 and new[t] < 0:
-                new[t] = len(order)
-                order.append(t)
-    idx = np.asarray(order, dtype=np.int64)
+    idx, new = _bfs_order(np.ascontiguousarray(raw, dtype=np.int64), int(start))
     table = new[raw[idx]].astype(np.int32)
     return ByteDFA(table, accepting[idx], 0)
+
+
+@njit(cache=True, nogil=True)
+def _bfs_order(raw: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - jitted
+    """States in BFS order from ``start`` (targets of a state in order of their first byte), and
+    each state's new number (``new[-1] == -1`` for dead targets)."""
+    n = raw.shape[0]
+    new = np.full(n + 1, -1, dtype=np.int64)
+    order = np.empty(n, dtype=np.int64)
+    order[0] = start
+    new[start] = 0
+    size = 1
+    i = 0
+    while i < size:
+        q = order[i]
+        i += 1
+        for b in range(raw.shape[1]):
+            t = raw[q, b]
+            if t >= 0 and new[t] < 0:
+                new[t] = size
+                order[size] = t
+                size += 1
+    return order[:size].copy(), new
 
 
 class LengthBudgetExceeded(LimitExceeded):
@@ -585,8 +609,22 @@ def restrict_length(body: ByteDFA, min_length: int, max_length: int | None, limi
         return body
     if max_length is not None and max_length < min_length:
         return minimize(ByteDFA(np.zeros((0, 256), dtype=np.int32), np.zeros(0, dtype=bool), DEAD))
-    cap = max_length if max_length is not None else min_length
     budget = min(limits.max_dfa_states, MAX_LENGTH_STATES)
+    key = ("restrict_length", body.key, min_length, max_length, budget)
+    known = shared_automata().get(key)
+    if known is None:
+        try:
+            known = _restrict_length(body, min_length, max_length, budget)
+        except LengthBudgetExceeded as exc:  # callers retry with other bounds: remember the miss too
+            known = exc
+        shared_automata().put(key, known)
+    if isinstance(known, LengthBudgetExceeded):
+        raise LengthBudgetExceeded(known.value, known.reached, str(known))
+    return known
+
+
+def _restrict_length(body: ByteDFA, min_length: int, max_length: int | None, budget: int) -> ByteDFA:
+    cap = max_length if max_length is not None else min_length
     table, q, t, k, reached = _length_product(
         np.ascontiguousarray(body.table, dtype=np.int32), int(body.start), _CHAR_STEP, _CHAR_DONE_INT,
         cap, max_length is not None, budget)
