@@ -50,6 +50,7 @@ __all__ = [
     "check_canvases",
     "is_masked_diffusion_config",
     "is_masked_diffusion_checkpoint",
+    "is_masked_diffusion_model",
 ]
 
 #: ``model_type`` of masked-diffusion checkpoints whose classes are not ``*ForMaskedLM`` (custom code)
@@ -64,6 +65,13 @@ def is_masked_diffusion_config(config: Any) -> bool:
     architectures = get("architectures", None) or []
     model_type = str(get("model_type", "") or "").lower()
     return any(str(a).endswith("ForMaskedLM") for a in architectures) or model_type in DIFFUSION_MODEL_TYPES
+
+
+def is_masked_diffusion_model(model: Any) -> bool:
+    """``is_masked_diffusion_config`` of a loaded transformers model, or its class an
+    ``*ForMaskedLM`` (a model built from a config has no ``architectures`` recorded yet)."""
+    return is_masked_diffusion_config(getattr(model, "config", None) or {}) or \
+        type(model).__name__.endswith("ForMaskedLM")
 
 
 def is_masked_diffusion_checkpoint(source: str | os.PathLike[str], *, local_files_only: bool = False) -> bool:

@@ -485,14 +485,14 @@ def resolve_sampler(sampler: Any, params: SamplingParams | None = None) -> Any:
 def _diffusion_model_of(model: Any, device: Any = None, dtype: Any = None) -> Any:
     """``model`` as a ``HFMaskedDiffusionLM`` when it is a masked-diffusion checkpoint (a path or a
     loaded transformers model, see ``is_masked_diffusion_config``); otherwise ``model`` itself."""
-    from engine.diffusion_lm import HFMaskedDiffusionLM, is_masked_diffusion_checkpoint, is_masked_diffusion_config
+    from engine.diffusion_lm import HFMaskedDiffusionLM, is_masked_diffusion_checkpoint, is_masked_diffusion_model
 
     if isinstance(model, (str, os.PathLike)):
         local = Path(model).expanduser().exists()
         if is_masked_diffusion_checkpoint(model, local_files_only=local):
             source = str(Path(model).expanduser()) if local else str(model)
             return HFMaskedDiffusionLM.from_pretrained(source, device=device, dtype=dtype, local_files_only=local)
-    elif _is_transformers_model(model) and is_masked_diffusion_config(model.config):
+    elif _is_transformers_model(model) and is_masked_diffusion_model(model):
         return HFMaskedDiffusionLM(model, device=device, dtype=dtype)
     return model
 

@@ -706,7 +706,7 @@ def resolve_draft(spec: Any, *, device=None, dtype=None) -> DraftSource:
         HFMaskedDiffusionLM,
         MaskedDiffusionLM,
         is_masked_diffusion_checkpoint,
-        is_masked_diffusion_config,
+        is_masked_diffusion_model,
     )
 
     if isinstance(spec, str) and spec.startswith("diffusion:"):
@@ -731,7 +731,7 @@ def resolve_draft(spec: Any, *, device=None, dtype=None) -> DraftSource:
     except ImportError:  # pragma: no cover - transformers is a dependency
         PreTrainedModel = ()
     if PreTrainedModel and isinstance(spec, PreTrainedModel):
-        if is_masked_diffusion_config(getattr(spec, "config", None)):
+        if is_masked_diffusion_model(spec):
             return DiffusionDraft(HFMaskedDiffusionLM(spec, device=device, dtype=dtype))
         return DraftModel(HFCausalLM(spec, device=device, dtype=dtype))
     if isinstance(spec, MaskedDiffusionLM) and not isinstance(spec, LanguageModel):

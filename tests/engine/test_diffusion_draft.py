@@ -350,3 +350,21 @@ def test_random_modernbert_drafts_for_a_gpt2_target(tiny_gpt2, gpt2_vocab):
             assert draft.calls > 0 and draft.dingo_drafts > 0
         else:  # generate drafts with a copy bound to its constraint; the caller's object is untouched
             assert draft.calls == 0
+
+
+def test_resolve_draft_recognises_masked_diffusion_models():
+    """``generate``'s ``draft_model=`` takes a masked-diffusion model in any of its forms."""
+    from engine.diffusion_lm import HFMaskedDiffusionLM
+    from engine.speculative import DraftModel, resolve_draft
+    from engine.tiny_diffusion import DiffusionConfig, build_diffusion_model
+
+    scripted = diffusion(0)
+    source = resolve_draft(scripted)
+    assert isinstance(source, DiffusionDraft) and source.model is scripted
+    model = build_diffusion_model(DiffusionConfig(vocab_size=12, mask_token_id=11, n_layer=1, hidden=16, n_head=2,
+                                                  eos_token_id=10), seed=0)
+    wrapped = resolve_draft(model)  # a transformers masked LM: a diffusion drafter, not a causal draft model
+    assert isinstance(wrapped, DiffusionDraft) and isinstance(wrapped.model, HFMaskedDiffusionLM)
+    assert not isinstance(wrapped, DraftModel)
+    with pytest.raises(TypeError, match="masked-diffusion"):
+        resolve_draft(3.5)

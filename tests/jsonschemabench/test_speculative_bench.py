@@ -53,6 +53,9 @@ def test_configs_and_labels():
     labels = [c.label for c in bench.configs(3, with_draft=True)]
     assert "draft-model k=auto" in labels and "draft-unmasked k=3 no-filter" in labels
     assert all(not c.source.startswith("draft") for c in bench.configs(3, with_draft=False))
+    assert not any(c.source == "diffusion" for c in bench.configs(3, with_draft=True))
+    diffusion = [c.label for c in bench.configs(3, with_draft=False, with_diffusion=True) if c.source == "diffusion"]
+    assert diffusion == ["diffusion k=3", "diffusion k=auto"]
 
 
 def test_mask_wait_fills_positions_masks_per_row_and_step():
