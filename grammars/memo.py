@@ -15,7 +15,7 @@ from collections.abc import Callable, Hashable
 from threading import Lock
 from typing import Any
 
-__all__ = ["BoundedCache", "shared_automata", "SHARED_AUTOMATA_BYTES", "SHARED_AUTOMATA_ENTRIES"]
+__all__ = ["SHARED_AUTOMATA_BYTES", "SHARED_AUTOMATA_ENTRIES", "BoundedCache", "shared_automata"]
 
 
 class BoundedCache:
