@@ -309,7 +309,6 @@ class _Loop:
         eos_bool = np.zeros(vocab.logits_width, dtype=bool)
         eos_bool[list(self.eos)] = True
         self.text_words = ~pack_bool(eos_bool, vocab.logits_width)
-        self.scratch = allocate_token_bitmask(1, vocab.logits_width)  # masks filled before the forward starts
         self.stop = [s.encode("utf-8") for s in options.stop]
         self.longest_stop = max((len(s) for s in self.stop), default=0)
 
@@ -386,17 +385,17 @@ class _Loop:
     def _masks_during_forward(self, stepping: list[_Row], bitmask: np.ndarray, forward: _Forward) -> _Step:
         """``_masks_then_forward``'s result, with the masks filled while the forward pass runs.
 
-        Rows that may be EOS-only are masked first (into a scratch row, copied to their slot
-        later), so the forward gets exactly the rows the sequential order would give it.
+        Rows that may be EOS-only are masked first, into the slot they keep (the worker never
+        touches the bitmask), so the forward gets exactly the rows the sequential order would give it.
         """
         t0 = time.perf_counter()
-        early: dict[int, np.ndarray] = {}  # slot -> mask of a row masked before the forward
+        early: set[int] = set()  # slots masked before the forward
         keep = []
         for row in stepping:
             if self.opt.fast_forward and row.constrained and _may_accept(row.matcher):
-                if not self._mask_row(row, self.scratch, 0):
+                if not self._mask_row(row, bitmask, len(keep)):
                     continue
-                early[len(keep)] = self.scratch[0].copy()
+                early.add(len(keep))
             keep.append(row)
         if not keep:  # the grammar ended every row: no model call
             return keep, None, time.perf_counter() - t0
@@ -405,9 +404,7 @@ class _Loop:
         try:
             dropped = []
             for slot, row in enumerate(keep):
-                if slot in early:
-                    bitmask[slot] = early[slot]
-                elif not self._mask_row(row, bitmask, slot):
+                if slot not in early and not self._mask_row(row, bitmask, slot):
                     dropped.append(slot)
             masks_done = time.perf_counter()
         except BaseException:

@@ -555,7 +555,8 @@ def speculative_decode(
                 # cached row for every verified prefix instead of prefilling each of them in full
                 target_lm.next_logits([context])
             verify_start = time.perf_counter()
-            committed, rejected, seen = _verify(target_lm, context, matcher, drafts, width, params, generator, out)
+            committed, rejected, logits = _verify(target_lm, context, matcher, drafts, width, params, generator, out)
+            seen = _chain_verification(context, drafts, logits, committed, rejected) if observe is not None else None
             verified = sum(not d.forced for d in drafts)
             n_drafted = len(drafts)
         out.trimmed += drafted.invalid > 0
@@ -633,18 +634,17 @@ def _draft(source, context, matcher, k, room, params, generator, vocab, filter_d
     return out
 
 
-def _verify(target_lm, context, matcher, drafts, width, params, generator, out) -> tuple[list[int], bool, Any]:
-    """The tokens this round commits (accepted drafts, then the corrected or bonus token), whether
-    a draft was rejected, and what the target saw (an ``engine.spec_tree.Verification``)."""
-    committed, rejected, logits = _verify_chain(target_lm, context, matcher, drafts, width, params, generator, out)
+def _chain_verification(context, drafts, logits, committed, rejected) -> Verification:
+    """What the target saw in a chain round, for a source that observes verifications (built only
+    for such a source)."""
     accepted = list(range(len(committed) - (1 if rejected or len(committed) > len(drafts) else 0)))
-    return committed, rejected, Verification(list(context), TokenTree.chain(drafts),
-                                             {i - 1: row for i, row in logits.items()}, accepted, committed)
+    return Verification(list(context), TokenTree.chain(drafts), {i - 1: row for i, row in logits.items()},
+                        accepted, committed)
 
 
-def _verify_chain(target_lm, context, matcher, drafts, width, params, generator, out):
-    """``_verify``'s walk: the committed tokens, whether a draft was rejected, and the target's
-    logits by position (``i``: after ``context + drafts[:i]``)."""
+def _verify(target_lm, context, matcher, drafts, width, params, generator, out):
+    """The tokens this round commits (accepted drafts, then the corrected or bonus token), whether
+    a draft was rejected, and the target's logits by position (``i``: after ``context + drafts[:i]``)."""
     # forced drafts are accepted without reading their logits: score only the other positions
     scored = [i for i, d in enumerate(drafts) if not d.forced] + [len(drafts)]
     rows = target_lm.next_logits([context + [d.token for d in drafts[:i]] for i in scored])

@@ -591,13 +591,13 @@ def _dfa_from_classes(n_states: int, n_classes: int, wide: bool, classes: bytes,
     # ``key`` from the stored class form: it hashes the whole table (a form byte_classes would
     # not give only loses sharing, never tells two languages apart); saves recomputing classes
     dfa.__dict__["key"] = _language_key(start, cls, b2c.astype(np.intp), acc)
-    with _loaded_dfas_lock:  # equal keys, identical tables: loads of one entry give equal IRs
+    with _loaded_dfas_lock:  # equal keys, identical tables: loads of one entry share them
         return _loaded_dfas.setdefault(dfa.key, dfa)
 
 
 #: DFAs read from disk by language key, so that every load of an entry (after an eviction, in
-#: another Compiler) embeds the same objects in its IR and the IRs, hence ``CompiledGrammar.key``,
-#: compare equal (the IR compares embedded DFAs by identity)
+#: another Compiler) embeds the same objects in its IR: one copy of each table in memory (equal
+#: IRs need no interning, since ``ByteDFA`` compares by language)
 _loaded_dfas: weakref.WeakValueDictionary[bytes, ByteDFA] = weakref.WeakValueDictionary()
 _loaded_dfas_lock = Lock()
 

@@ -368,3 +368,20 @@ def test_resolve_draft_recognises_masked_diffusion_models():
     assert not isinstance(wrapped, DraftModel)
     with pytest.raises(TypeError, match="masked-diffusion"):
         resolve_draft(3.5)
+
+
+def test_resolve_draft_loads_a_masked_diffusion_checkpoint(tmp_path):
+    """A saved masked LM, named as ``"diffusion:PATH"`` or as a plain path (its config says what it
+    is), loads as a diffusion drafter; a causal checkpoint stays a causal draft model."""
+    from engine.speculative import DraftModel, resolve_draft
+    from engine.tiny_diffusion import DiffusionConfig, build_diffusion_model
+
+    build_diffusion_model(DiffusionConfig(vocab_size=12, mask_token_id=11, n_layer=1, hidden=16, n_head=2,
+                                          eos_token_id=10), seed=0).save_pretrained(tmp_path / "masked")
+    for spec in (f"diffusion:{tmp_path / 'masked'}", str(tmp_path / "masked")):
+        source = resolve_draft(spec)
+        assert isinstance(source, DiffusionDraft) and source.model.mask_token_id == 11
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    GPT2LMHeadModel(GPT2Config(vocab_size=12, n_embd=16, n_layer=1, n_head=2)).save_pretrained(tmp_path / "causal")
+    assert isinstance(resolve_draft(str(tmp_path / "causal")), DraftModel)

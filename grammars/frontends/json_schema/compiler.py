@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Iterable
 
 from grammars.errors import (
@@ -91,6 +90,7 @@ from grammars.frontends.json_schema.values import (
 )
 from grammars.ir import EMPTY, NOTHING, Expr, Grammar, Literal, Ref, alt
 from grammars.limits import Limits
+from grammars.memo import shared_automata
 
 __all__ = [
     "SchemaReport",
@@ -792,9 +792,10 @@ class SchemaCompiler:
 def _with_spellings(ints: Expr) -> Expr:
     """Integer texts plus their other spellings (``numbers.integral_spellings``).
 
-    Memoised for range expressions (a pure function of the bounds; most schemas' integers are
-    unbounded or share a few bounds); an expression holding an automaton (``multipleOf``, a
-    large bound), compared by identity and possibly large, is not kept."""
+    Memoised per process for range expressions (``grammars.memo``: a pure function of the bounds;
+    most schemas' integers are unbounded or share a few bounds); an expression holding an
+    automaton (``multipleOf``, a large bound) is not kept: it may be large, and the table's byte
+    bound counts only automata stored as values."""
     from grammars.automata.byte_dfa import ByteDFA
     from grammars.ir import Alt, Repeat, Seq
 
@@ -807,12 +808,12 @@ def _with_spellings(ints: Expr) -> Expr:
             stack.extend(e.items)
         elif isinstance(e, Repeat):
             stack.append(e.item)
-    return _spellings_of_range(ints)
-
-
-@lru_cache(maxsize=256)
-def _spellings_of_range(ints: Expr) -> Expr:
-    return _spellings(ints)
+    key = ("integral_spellings", ints)
+    known = shared_automata().get(key)
+    if known is None:
+        known = _spellings(ints)
+        shared_automata().put(key, known)
+    return known
 
 
 def _spellings(ints: Expr) -> Expr:

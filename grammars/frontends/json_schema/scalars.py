@@ -18,7 +18,7 @@ Strings (``string_schema``):
   (``escapes="minimal"``: printable ASCII literally, ``\\u`` escapes for the rest);
 * two or more of {pattern, format, length} are intersected exactly on byte DFAs
   (``byte_dfa.intersect``, ``strings.restrict_length``), and the result is embedded in the IR as
-  a pre-compiled ``ByteDFA`` (which compares by identity, not value);
+  a pre-compiled ``ByteDFA`` (which compares by language);
 * ``contentEncoding``/``contentMediaType``/``contentSchema`` are annotations (draft 2019-09 on;
   draft 7 lets validators skip them and ``jsonschema`` does): consumed, no constraint.
 

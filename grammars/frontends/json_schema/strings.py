@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import typing
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Collection, Iterable
 
@@ -521,8 +522,7 @@ def length_bounded_body(min_length: int, max_length: int | None) -> Expr:
 def _length_dfa(min_length: int, max_length: int | None) -> ByteDFA:
     """The minimal DFA of ``STRING_CHAR{min,max}``, built layer by layer and numbered canonically.
 
-    Memoised: ``ByteDFA`` compares by identity, so two fields with one bound must share one
-    object for the compiler's terminal caches to see them as the same piece.
+    Memoised per process: every string field with these bounds embeds this one automaton.
 
     State ``(k, t)``: ``k`` characters complete (saturating at ``min_length`` when unbounded),
     phase ``t`` inside the current character. Layers are distinguished by how many more
@@ -616,11 +616,19 @@ def restrict_length(body: ByteDFA, min_length: int, max_length: int | None, limi
         try:
             known = _restrict_length(body, min_length, max_length, budget)
         except LengthBudgetExceeded as exc:  # callers retry with other bounds: remember the miss too
-            known = exc
+            known = _Overflow(exc.reached, str(exc))  # not the exception: its traceback holds frames
         shared_automata().put(key, known)
-    if isinstance(known, LengthBudgetExceeded):
-        raise LengthBudgetExceeded(known.value, known.reached, str(known))
+    if isinstance(known, _Overflow):
+        raise LengthBudgetExceeded(budget, known.reached, known.message)
     return known
+
+
+@dataclass(frozen=True)
+class _Overflow:
+    """A remembered ``LengthBudgetExceeded``: the layer it reached and its message."""
+
+    reached: int
+    message: str
 
 
 def _restrict_length(body: ByteDFA, min_length: int, max_length: int | None, budget: int) -> ByteDFA:

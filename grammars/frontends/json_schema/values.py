@@ -47,19 +47,14 @@ class Layout:
         self.ws: Expr = repeat(WS_CHARS, 0, options.max_whitespace) if flexible else EMPTY
         self.comma: Expr = seq([self.ws, Literal(","), self.ws])
         self.colon: Expr = seq([self.ws, Literal(":"), self.ws])
-        self._strings: dict[tuple[str, ...], Expr] = {}
 
     def strings(self, values: tuple[str, ...]) -> Expr:
         """Every JSON string token whose value is one of ``values`` (a key, a string enum).
 
-        Memoised per layout, i.e. per compile: the result is a ``ByteDFA``, which compares by
-        identity, so the same key met in several objects must be the same object for equal
-        members to stay equal (and be compiled once).
+        Memoised per process (``json_string_values``): the same key met in several objects, or
+        in another schema, is one automaton.
         """
-        out = self._strings.get(values)
-        if out is None:
-            out = self._strings[values] = scalars.json_string_values(values, self.limits)
-        return out
+        return scalars.json_string_values(values, self.limits)
 
     def document(self, value: Expr) -> Expr:
         """The whole text: the top value with optional whitespace around it."""
