@@ -189,8 +189,8 @@ class GenerationOptions:
     from the target (greedy: the same tokens). Only the masked sampler composes: the acceptance
     rule reproduces a per-token distribution given the prefix, while ASAp, AWRS and SMC reweight
     whole sequences (learnt future-validity estimates, importance weights, resampling), so they
-    raise ``ValueError`` here. ``stop``, ``ignore_eos`` and budget-aware closing do not apply on
-    this path (a row that runs out of budget ends with ``"length"``).
+    raise ``ValueError`` here. ``stop`` and ``ignore_eos`` do not apply on this path; budget-aware
+    closing does, with the sequential sampler's law (``engine.speculative``).
 
     The loop: ``max_tokens`` bounds generated tokens, EOS included; ``stop`` — stop strings (not
     with ``schema``, whose grammar decides the end); ``fast_forward`` — append forced tokens
@@ -391,10 +391,13 @@ def generate_batch(
         if (compiled is not None and callable(getattr(source, "with_grammar", None))
                 and getattr(getattr(source, "grammar", None), "key", None) != compiled.key):
             source = source.with_grammar(compiled)  # a diffusion drafter runs DINGO on a regular constraint
-        outputs = [speculative_decode(lm, source, vocab, ids, new_matcher(), k=opts.num_speculative_tokens,
-                                      max_k=opts.max_speculative_tokens, max_tokens=opts.max_tokens,
-                                      params=resolved.params, generator=gen)
-                   for ids, gen in zip(prompt_ids, generators)]
+        outputs = []
+        for ids, gen in zip(prompt_ids, generators):
+            matcher = new_matcher()
+            closing = BudgetClosing(planner, matcher.num_consumed + opts.max_tokens) if planner is not None else None
+            outputs.append(speculative_decode(lm, source, vocab, ids, matcher, k=opts.num_speculative_tokens,
+                                              max_k=opts.max_speculative_tokens, max_tokens=opts.max_tokens,
+                                              params=resolved.params, generator=gen, closing=closing))
         return [_result(out.text, out.token_ids, out.finish_reason, opts.schema, ids, compile_s, out)
                 for out, ids in zip(outputs, prompt_ids)]
     if isinstance(resolved, SequenceSampler) and not isinstance(resolved, TokenSampler):

@@ -6,11 +6,13 @@ whole text a string of the language. The cheapest exact route decides it:
 
 1. the matcher's mask (the text so far must stay a prefix of the language) removes most tokens
    at once, as in ordinary constrained decoding;
-2. the drawn token alone is then checked against the rest of the parts
-   (``grammars.automata.holes.HoleChart``: the prefix's Earley sets are kept, so a check pays for
-   the token's bytes and the fixed texts after it); a refused token is removed and the draw
-   repeated, so the token is drawn exactly from the model's distribution renormalised over the
-   admitted tokens, with one check per draw instead of one per vocabulary token.
+2. the drawn token alone is then checked against the rest of the parts: the prefix's Earley sets
+   are kept (``grammars.automata.holes.HoleChart``) and extended by the token's bytes, and the
+   hole's ``grammars.automata.suffix.SuffixOracle`` — built when the hole opens, which is when
+   the text after it is parsed (``HoleReport.setup_seconds``) — carries the prefix's stack
+   through what it learnt of that text. A refused token is removed and the draw repeated, so the
+   token is drawn exactly from the model's distribution renormalised over the admitted tokens,
+   with one check per draw instead of one per vocabulary token.
 
 A hole ends when the model ends it — EOS, and for a plain causal LM also the first token of the
 next fixed text (the model starts writing what follows) — and the next fixed text can follow
@@ -30,23 +32,28 @@ model sees the text after the hole; without, the model sees the text before it.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import torch
 
-from grammars import Compiler, CompiledGrammar, shared_compiler
-from grammars.bitmask import allocate_token_bitmask
+from grammars import CompiledGrammar, Compiler, shared_compiler
 from grammars.automata.holes import HoleChart, texts_as_bytes
+from grammars.automata.suffix import SuffixOracle
+from grammars.bitmask import allocate_token_bitmask
 from grammars.errors import GrammarError, LimitExceeded
 from grammars.vocab.vocabulary import TokenVocabulary
 from samplers._numeric import sample_categorical
 from samplers.base import SamplingParams, process_logits
 from samplers.kernels import apply_token_bitmask_inplace
 
-__all__ = ["infill", "InfillResult", "HoleReport", "FIMTokens"]
+__all__ = ["FIMTokens", "HoleReport", "InfillResult", "infill"]
 
 HoleEnd = Literal["model", "witness_budget", "witness_refused"]
+
+#: refused draws of one step after which the prefix mask is filled (see ``_Infill._draw``)
+MASK_AFTER_REFUSALS = 4
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ class HoleReport:
     refused: int = 0
     undecided: int = 0  # checks that hit a Limits bound: counted as refusals
     check_seconds: list[float] = field(default_factory=list, repr=False)
+    setup_seconds: float = 0.0  # when the hole opened: the text after it parsed once, for every check
     end: HoleEnd = "model"
     witness: str = ""  # the part of ``fill`` the witness wrote (closing the hole)
 
@@ -93,6 +101,11 @@ class InfillResult:
     @property
     def check_seconds(self) -> list[float]:
         return [s for h in self.holes for s in h.check_seconds]
+
+    @property
+    def setup_seconds(self) -> list[float]:
+        """Per hole: the time to parse the text after it when it opened (its checks reuse that)."""
+        return [h.setup_seconds for h in self.holes]
 
     @property
     def closed_by_witness(self) -> bool:
@@ -125,7 +138,13 @@ def infill(
     to hold at least one byte, decoded by ``engine.diffusion`` (DINGO for regular constraints,
     completability checks otherwise) in ``steps`` model calls (default: one per masked position).
     """
-    from engine.generate import GenerationOptions, _compile_constraint, _is_diffusion_model, load_model, load_vocabulary
+    from engine.generate import (
+        GenerationOptions,
+        _compile_constraint,
+        _is_diffusion_model,
+        load_model,
+        load_vocabulary,
+    )
 
     if sampler != "masked":
         raise ValueError(f"infill supports sampler='masked' only, got {sampler!r}")
@@ -133,7 +152,7 @@ def infill(
         raise ValueError(f"max_tokens_per_hole must be an int >= 0, got {max_tokens_per_hole!r}")
     if isinstance(max_resamples, bool) or not isinstance(max_resamples, int) or max_resamples < 1:
         raise ValueError(f"max_resamples must be an int >= 1, got {max_resamples!r}")
-    data, text_parts = texts_as_bytes(parts)
+    _, text_parts = texts_as_bytes(parts)
     if not text_parts:
         raise TypeError("infill parts must be str")
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
@@ -152,10 +171,10 @@ def infill(
             compiler, vocab, GenerationOptions(schema=schema, regex=regex, grammar=grammar, budget_closing=False))
         if compiled is None:
             raise ValueError("infill needs a constraint (grammar=, schema= or regex=) unless constrained=False")
-        if not compiled.completable(list(parts)):
-            raise UncompletableError("the fixed parts cannot be completed into the language: no fill of the holes exists")
     generator = torch.Generator().manual_seed(int(seed)) if seed is not None else None
     if _is_diffusion_model(lm):
+        if compiled is not None and not compiled.completable(list(parts)):
+            raise UncompletableError("the fixed parts cannot be completed into the language: no fill of the holes exists")
         result = _infill_diffusion(lm, vocab, compiled, list(parts), prompt, max_tokens_per_hole, temperature,
                                    generator, steps)
         result.seconds = time.perf_counter() - started
@@ -165,9 +184,11 @@ def infill(
     fim_tokens = _fim_tokens(fim, tok_source)
     run = _Infill(lm, vocab, compiled, list(parts), params, generator, fim_tokens, prompt,
                   max_tokens_per_hole, max_resamples)
+    if compiled is not None and not run.first_hole_completable():
+        raise UncompletableError("the fixed parts cannot be completed into the language: no fill of the holes exists")
     result = run.fill_all()
     result.seconds = time.perf_counter() - started
-    if compiled is not None and not compiled.completable([result.text]):  # fail closed
+    if compiled is not None and not run.accepts(result.text):  # fail closed
         raise AssertionError("infill produced text outside the language; please report this with the inputs")
     return result
 
@@ -259,6 +280,34 @@ class _Infill:
         self.model_calls = 0
         self.chart = HoleChart(compiled.hole_grammar, compiled._runtime.limits) if compiled is not None else None
         self.matcher = compiled.matcher() if compiled is not None else None
+        self.matched = bytearray()  # the bytes of the tokens the matcher read
+        self._oracles: dict[int, tuple[SuffixOracle, SuffixOracle]] = {}
+        self._first_setup = 0.0
+
+    def first_hole_completable(self) -> bool:
+        """Whether the parts admit any fill, asked of the first hole's oracle (so the text after
+        the first hole is parsed once, here, and the hole's checks reuse it)."""
+        if len(self.parts) == 1:
+            return self.compiled.completable(self.parts)
+        self.chart.extend(self.parts[0].encode("utf-8"))  # the matcher follows in fill_all
+        t0 = time.perf_counter()
+        try:
+            return self._oracle(0)[0].completable(self.chart)
+        finally:
+            self._first_setup = time.perf_counter() - t0
+            self.chart.truncate(0)
+
+    def _oracle(self, j: int) -> tuple[SuffixOracle, SuffixOracle]:
+        """Hole ``j``'s oracles: the hole may go on (its rest unbounded), or it ends here."""
+        found = self._oracles.get(j)
+        if found is None:
+            rest = [p.encode("utf-8") for p in self.parts[j + 1:]]
+            grammar, limits = self.compiled.hole_grammar, self.compiled._runtime.limits
+            later = [(0, None)] * (len(rest) - 1)
+            found = (SuffixOracle(grammar, rest, [(0, None), *later], limits),
+                     SuffixOracle(grammar, rest, [(0, 0), *later], limits))
+            self._oracles = {j: found}  # an earlier hole's are done with
+        return found
 
     # --- the run -------------------------------------------------------------------------------
 
@@ -277,8 +326,6 @@ class _Infill:
     def _fill_hole(self, j: int, before: str) -> HoleReport:
         after = self.parts[j + 1:]
         rest = [p.encode("utf-8") for p in after]
-        open_holes = [(0, None)] * len(rest)  # this hole's rest, then the later holes
-        closing = [(0, 0)] + open_holes[1:]  # this hole ends here
         context = self._context(before, after)
         ends = set(self.eos)
         if self.fim is None and after[0]:
@@ -286,12 +333,21 @@ class _Infill:
             if first:
                 ends.add(first[0])  # a causal LM ends the hole by starting the next fixed text
         report = HoleReport(fill="")
+        oracles = None
+        if self.compiled is not None:
+            oracles = self._oracle(j)
+            t0 = time.perf_counter()
+            try:
+                oracles[0].completable(self.chart)  # parses the text after the hole, once
+            except LimitExceeded:
+                report.undecided += 1
+            report.setup_seconds = time.perf_counter() - t0 + (self._first_setup if j == 0 else 0.0)
         generated: list[int] = []
         while True:
             if len(generated) >= self.max_tokens:
                 report.end = "witness_budget"
                 break
-            choice = self._draw(self._logits(context + generated), ends, rest, open_holes, closing, report)
+            choice = self._draw(self._logits(context + generated), ends, oracles, report)
             if choice is None:
                 report.end = "witness_refused"
                 break
@@ -310,55 +366,77 @@ class _Infill:
                 raise AssertionError("a hole lost its completion; please report this with the inputs")
             report.witness = witness[0].decode("utf-8", "replace")
             written += witness[0]
-            self._restart(before.encode("utf-8") + written)
+            self._restart(before.encode("utf-8") + written, witness[0])
         report.fill = written.decode("utf-8")  # between whole characters of a text in the language
         return report
 
     # --- one step ------------------------------------------------------------------------------
 
-    def _draw(self, logits: torch.Tensor, ends: set[int], rest: list[bytes], open_holes, closing,
+    def _draw(self, logits: torch.Tensor, ends: set[int], oracles: tuple[SuffixOracle, SuffixOracle] | None,
               report: HoleReport) -> int | str | None:
         """The next token, ``"end"`` (the hole closes here) or None (every draw was refused)."""
         if self.compiled is None:
             token = sample_categorical(torch.softmax(process_logits(logits, self.params), dim=-1), self.generator)
             return "end" if token in ends else token
-        words = allocate_token_bitmask(1, self.width)
-        self.matcher.fill_mask(words, 0)
         masked = logits.detach().float().clone()
-        end_logits = {t: float(masked[t]) for t in ends if t < self.width}
-        apply_token_bitmask_inplace(masked, words[0])
-        for t, value in end_logits.items():
-            masked[t] = value  # the end tokens stay drawable: ending is checked below
+        # A drawn token is checked whole (chart and oracle), so the prefix mask only removes in
+        # bulk tokens a check would refuse one by one: refused draws are removed and the draw
+        # repeated, which draws exactly from the model renormalised over the admitted tokens,
+        # mask or no mask. The mask can cost far more than a check (hundreds of ms on C++), so
+        # it is filled only after ``MASK_AFTER_REFUSALS`` refusals — or first, when top-k/top-p
+        # must see the admitted tokens alone.
+        truncates = self.params.top_k > 0 or self.params.top_p < 1.0
+        masked_yet = False
+        if truncates:
+            self._apply_mask(masked, ends)
+            masked_yet = True
         can_end: bool | None = None
+        refusals = 0
         for _ in range(self.max_resamples):
+            if not masked_yet and refusals >= MASK_AFTER_REFUSALS:
+                self._apply_mask(masked, ends)
+                masked_yet = True
             if torch.isneginf(masked).all():
                 return None
             token = sample_categorical(torch.softmax(process_logits(masked, self.params), dim=-1), self.generator)
             if token in ends:
                 if can_end is None:
-                    can_end = self._check(b"", rest, closing, report)
+                    can_end = self._check(b"", oracles[1], report)
                 if can_end:
                     return "end"
-                if token in self.eos or not self.matcher.allows(token):
+                if token in self.eos:
                     masked[token] = float("-inf")
                     report.refused += 1
+                    refusals += 1
                     continue
-            if self._check(self.vocab.token_bytes[token], rest, open_holes, report):
+            data = self.vocab.token_bytes[token] if token < len(self.vocab.token_bytes) else b""
+            if data and self._check(data, oracles[0], report):  # special and padding ids match no text
                 return token
             masked[token] = float("-inf")
             report.refused += 1
+            refusals += 1
         return None
 
-    def _check(self, data: bytes, rest: list[bytes], holes, report: HoleReport) -> bool:
-        """Whether the text so far, then ``data``, then the holes (``holes`` bounds) and fixed
-        texts ``rest`` can be completed; the chart is left as it was."""
+    def _apply_mask(self, masked: torch.Tensor, ends: set[int]) -> None:
+        """The prefix mask on ``masked``, end tokens left as they are (ending is checked apart)."""
+        words = allocate_token_bitmask(1, self.width)
+        self.matcher.fill_mask(words, 0)
+        end_logits = {t: float(masked[t]) for t in ends if t < self.width}
+        apply_token_bitmask_inplace(masked, words[0])
+        for t, value in end_logits.items():
+            masked[t] = value
+
+    def _check(self, data: bytes, oracle: SuffixOracle, report: HoleReport) -> bool:
+        """Whether the text so far, then ``data``, then what ``oracle`` stands for (the hole's
+        rest or its end, the fixed texts and later holes) can be completed; the chart is left
+        as it was."""
         t0 = time.perf_counter()
         chart = self.chart
         mark = chart.length
         try:
             if data and not chart.extend(data):
                 return False
-            return chart.check(rest, holes) is not None
+            return oracle.completable(chart)
         except LimitExceeded:  # undecided within Limits: refused, never accepted unverified
             report.undecided += 1
             return False
@@ -379,14 +457,23 @@ class _Infill:
         if self.compiled is None:
             return
         self.matcher.advance(token)
+        self.matched += self.vocab.token_bytes[token]
         self.chart.extend(self.vocab.token_bytes[token])
 
-    def _restart(self, text: bytes) -> None:
-        """Matcher and chart rebuilt over ``text`` (after a witness, whose bytes may finish a
-        character the model's last token began)."""
+    def _restart(self, text: bytes, witness: bytes) -> None:
+        """After a witness: the chart reads its bytes; the matcher, which reads tokens, is rebuilt
+        over ``text``'s tokens (the witness may finish a character the model's last token began)."""
+        self.chart.extend(witness)
         self.matcher = self.compiled.matcher()
-        self.chart = HoleChart(self.compiled.hole_grammar, self.compiled._runtime.limits)
-        self._append_fixed(text.decode("utf-8"))
+        self.matched = bytearray()
+        for token in self.vocab.encode(text.decode("utf-8")):
+            self.matcher.advance(token)
+            self.matched += self.vocab.token_bytes[token]
+
+    def accepts(self, text: str) -> bool:
+        """Whether the matcher read exactly ``text`` and accepts it: the output checked by the
+        matcher's parser, independently of the Earley chart that admitted its tokens."""
+        return bytes(self.matched) == text.encode("utf-8") and self.matcher.is_accepting()
 
     def _context(self, before: str, after: list[str]) -> list[int]:
         vocab = self.vocab

@@ -98,6 +98,15 @@ sequences, AWRS and SMC attach importance weights to sequences (and SMC resample
 their draws are not a fixed per-step distribution the rule could match; composing them would need
 the weights carried through acceptance, which this module does not do. ``generate`` refuses them
 with ``draft_model=``.
+
+Budget-aware closing (``closing=``, ``engine.closing.BudgetClosing``) keeps the law of
+``engine.decoding``'s masked sampler under closing, which draws from ``p`` and, while a token is
+refused by the budget, draws again without it. Verification emits each token ``y`` distributed
+as ``p`` given the tokens before it, which is that procedure's first draw: when closing admits
+``y`` it is committed; when it refuses ``y``, the round stops there and the procedure goes on from
+the target's logits at that position with ``y`` removed (one more target call, counted), so the
+emitted token is distributed exactly as the sequential sampler's. ``budget_steered`` counts these
+positions. Drafts past a refused token are dropped unverified.
 """
 
 from __future__ import annotations
@@ -110,6 +119,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from engine.closing import BudgetClosing
 from engine.decoding import FinishReason
 from engine.lm import HFCausalLM, LanguageModel
 from engine.spec_tree import (
@@ -131,6 +141,8 @@ from samplers import (
     SamplingParams,
     sample_categorical,
 )
+from samplers.masked import masked_draw
+from samplers.narrowing import NarrowedMatcher
 from samplers._numeric import uniforms
 from samplers.base import process_logits
 
@@ -448,6 +460,7 @@ class SpeculativeOutput:
     verify_s: float = 0.0
     tree_nodes: int = 0
     tree_check_s: float = 0.0
+    budget_steered: int = 0  # positions where budget-aware closing refused the verified token
 
     @property
     def tokens_per_call(self) -> float:
@@ -485,13 +498,15 @@ def speculative_decode(
     params: SamplingParams = _DEFAULT_PARAMS,
     generator: torch.Generator | None = None,
     filter_drafts: bool = True,
+    closing: BudgetClosing | None = None,
 ) -> SpeculativeOutput:
     """Generate one sequence from ``matcher``'s state (advanced in place) with ``draft`` proposing
     up to ``k`` tokens per target call; the output's law is masked sampling from ``target_lm``.
 
     ``k``: an int, ``"auto"`` (a new ``GoodputController(max_k=max_k)`` adapts it each round) or a
     ``GoodputController`` (used and updated as is). ``filter_drafts=False``: proposals reach the
-    target unchecked (a baseline; see the module docstring).
+    target unchecked (a baseline; see the module docstring). ``closing``: budget-aware closing,
+    its budget counted from ``matcher``'s position (see the module docstring).
 
     Raises ``ValueError`` for bad arguments and ``NoAllowedToken`` where the grammar allows nothing.
     """
@@ -580,14 +595,32 @@ def speculative_decode(
         out.per_token_s.append(now - last)
         last = now
         for token in committed:
+            steered = closing is not None and token not in eos and not closing.admits(matcher, token)
+            if steered:
+                token = _closing_redraw(target_lm, prompt + out.token_ids, matcher, closing, token, width, params,
+                                        generator, vocab)
+                out.target_calls += 1
+                out.budget_steered += 1
             matcher.advance(token)
             if token in eos:
                 out.finish_reason = "stop"
                 break
             out.token_ids.append(token)
             text += vocab.token_bytes[token] if token < vocab.size else b""
+            if steered:
+                break  # the rest of the round followed the refused token
     out.text = bytes(text)
     return out
+
+
+def _closing_redraw(target_lm, context, matcher, closing: BudgetClosing, refused: int, width: int,
+                    params: SamplingParams, generator, vocab: TokenVocabulary) -> int:
+    """The token the sequential sampler under closing draws at ``context`` after its first draw,
+    ``refused``, was refused by the budget: the same draw procedure with ``refused`` removed."""
+    logits = target_lm.next_logits([context])[0][:width].detach().float().clone()
+    logits[refused] = float("-inf")
+    narrowed = NarrowedMatcher(matcher, closing.admits, vocab, lazy_checks=max(0, closing.lazy_checks - 1))
+    return masked_draw(logits, narrowed, params, generator)
 
 
 @dataclass

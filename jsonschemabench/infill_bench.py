@@ -19,6 +19,7 @@ Two parts, each unconstrained vs constrained (``engine.infill``):
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import json
 import random
@@ -27,12 +28,11 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from . import outputs
 from .report import percentiles
 
-__all__ = ["add_arguments", "main", "cut_lines", "cut_spans"]
+__all__ = ["add_arguments", "add_task_arguments", "cut_lines", "cut_spans", "main", "tree_sitter_ok"]
 
 
 def _shared(args: argparse.Namespace, *parts: str) -> Path:
@@ -96,6 +96,24 @@ def _gxx_ok(program: str, *, run: bool = False, timeout: float = 20.0) -> bool:
             return False
 
 
+@functools.lru_cache(maxsize=1)
+def _tree_sitter_parser():
+    import tree_sitter
+    import tree_sitter_cpp
+
+    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_cpp.language()))
+
+
+def tree_sitter_ok(program: str) -> bool | None:
+    """Syntax alone, by an independent C++ parser (tree-sitter-cpp: no ERROR or MISSING node).
+    ``g++ -fsyntax-only`` also resolves names and types; this does not. None when not installed."""
+    try:
+        parser = _tree_sitter_parser()
+    except ImportError:
+        return None
+    return not parser.parse(program.encode("utf-8")).root_node.has_error
+
+
 def _fill(args: argparse.Namespace, parts: list[str], lm, vocab, compiler, grammar, constrained: bool):
     """One infilling run: ``(result, seconds, None)``, or ``(None, seconds, error text)`` — a
     failed run is a row of the benchmark, not its crash."""
@@ -139,14 +157,15 @@ def run_cpp(args: argparse.Namespace, say=outputs.log) -> list[dict]:
                     continue
                 in_grammar = grammar.completable([result.text])
                 syntax = _gxx_ok(result.text)
+                parses = tree_sitter_ok(result.text)
                 functional = syntax and _gxx_ok(result.text + task["test"], run=True)
                 tokens = sum(h.tokens for h in result.holes)
                 rows.append({
                     "task": task["task_id"], "regions": regions, "constrained": constrained, "grammar_ok": in_grammar,
-                    "syntax_ok": syntax,
+                    "tree_sitter_ok": parses, "syntax_ok": syntax, "fills": result.fills,
                     "functional_ok": functional, "tokens": tokens, "checks": result.checks,
-                    "check_seconds": result.check_seconds, "witness_holes": sum(h.closed_by_witness for h in result.holes),
-                    "seconds": seconds,
+                    "check_seconds": result.check_seconds, "setup_seconds": result.setup_seconds,
+                    "witness_holes": sum(h.closed_by_witness for h in result.holes), "seconds": seconds,
                 })
             say(f"  {regions}-region {task['task_id']}: "
                 + ", ".join(f"{'con' if r['constrained'] else 'unc'} syntax={r.get('syntax_ok')}" for r in rows[-2:]))
@@ -198,7 +217,7 @@ def run_json(args: argparse.Namespace, say=outputs.log) -> list[dict]:
             rows.append({"file": path.name, "holes": len(parts) - 1, "constrained": constrained, "parsed": parsed,
                          "schema_valid": valid_ok, "tokens": sum(h.tokens for h in result.holes),
                          "checks": result.checks, "check_seconds": result.check_seconds,
-                         "witness_holes": sum(h.closed_by_witness for h in result.holes), "seconds": seconds})
+                         "setup_seconds": result.setup_seconds, "witness_holes": sum(h.closed_by_witness for h in result.holes), "seconds": seconds})
     return rows
 
 
@@ -218,56 +237,64 @@ def summarize(cpp: list[dict], js: list[dict]) -> str:
     lines = []
     if cpp:
         lines += ["## C++ (HumanEval-X, multi-region infilling)", "",
-                  "| regions | decoding | n | in the C++ grammar | g++ -fsyntax-only | functional | tokens/task | checks/token | check p50 ms | check p99 ms | witness holes | errors |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| regions | decoding | n | in the C++ grammar | tree-sitter-cpp parses | g++ -fsyntax-only | functional | tokens/task | checks/token | check p50 ms | check p99 ms | hole setup p50 ms | hole setup p99 ms | witness holes | errors |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for regions in sorted({r["regions"] for r in cpp}):
             for constrained in (False, True):
                 rows = [r for r in cpp if r["regions"] == regions and r["constrained"] == constrained]
                 ok = [r for r in rows if "error" not in r]
                 checks = [s for r in ok for s in r["check_seconds"]]
+                setups = [s for r in ok for s in r.get("setup_seconds", ())] if constrained else []
                 tokens = sum(r["tokens"] for r in ok)
                 lines.append(
                     f"| {regions} | {'constrained' if constrained else 'unconstrained'} | {len(rows)} | "
-                    f"{_rate(ok, 'grammar_ok')} | {_rate(ok, 'syntax_ok')} | {_rate(ok, 'functional_ok')} | {tokens / max(1, len(ok)):.1f} | "
+                    f"{_rate(ok, 'grammar_ok')} | {_rate(ok, 'tree_sitter_ok')} | {_rate(ok, 'syntax_ok')} | {_rate(ok, 'functional_ok')} | {tokens / max(1, len(ok)):.1f} | "
                     f"{sum(r['checks'] for r in ok) / max(1, tokens):.2f} | {_ms(checks, 'p50')} | {_ms(checks, 'p99')} | "
+                    f"{_ms(setups, 'p50')} | {_ms(setups, 'p99')} | "
                     f"{sum(r['witness_holes'] for r in ok)} | {len(rows) - len(ok)} |")
         lines.append("")
     if js:
         lines += ["## JSON (MaskBench instances with 1-3 holes)", "",
-                  "| decoding | n | parses | schema-valid | checks/token | check p50 ms | check p99 ms | s/instance | witness holes | errors |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| decoding | n | parses | schema-valid | checks/token | check p50 ms | check p99 ms | hole setup p50 ms | hole setup p99 ms | s/instance | witness holes | errors |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for constrained in (False, True):
             rows = [r for r in js if r["constrained"] == constrained]
             ok = [r for r in rows if "error" not in r]
             checks = [s for r in ok for s in r["check_seconds"]]
+            setups = [s for r in ok for s in r.get("setup_seconds", ())] if constrained else []
             tokens = sum(r["tokens"] for r in ok)
             lines.append(
                 f"| {'constrained' if constrained else 'unconstrained'} | {len(rows)} | {_rate(ok, 'parsed')} | "
                 f"{_rate(ok, 'schema_valid')} | {sum(r['checks'] for r in ok) / max(1, tokens):.2f} | "
-                f"{_ms(checks, 'p50')} | {_ms(checks, 'p99')} | "
+                f"{_ms(checks, 'p50')} | {_ms(checks, 'p99')} | {_ms(setups, 'p50')} | {_ms(setups, 'p99')} | "
                 f"{sum(r['seconds'] for r in ok) / max(1, len(ok)):.2f} | {sum(r['witness_holes'] for r in ok)} | "
                 f"{len(rows) - len(ok)} |")
         lines.append("")
     return "\n".join(lines)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``infill`` subcommand's options on ``parser``."""
+def add_task_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that choose the HumanEval-X programs and their cuts (shared with ``infill-checks``)."""
     parser.add_argument("--cpp-model", type=Path, default=Path("models/tiny-cpp"),
                         help="C++ model folder (python -m engine.tiny_code); default: %(default)s")
-    parser.add_argument("--json-model", type=Path, default=None,
-                        help="model for the JSON part (default: the C++ model; any causal LM folder)")
     parser.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[2] / "shared",
                         help="the shared data folder (default: ../shared)")
     parser.add_argument("--tasks", type=int, default=164, help="HumanEval-X tasks (default: all 164)")
     parser.add_argument("--regions", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 3],
                         help="numbers of cut regions (default 1,2,3)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the ``infill`` subcommand's options on ``parser``."""
+    add_task_arguments(parser)
+    parser.add_argument("--json-model", type=Path, default=None,
+                        help="model for the JSON part (default: the C++ model; any causal LM folder)")
     parser.add_argument("--json-cases", type=int, default=50, help="MaskBench instances (default 50)")
     parser.add_argument("--skip-cpp", action="store_true")
     parser.add_argument("--skip-json", action="store_true")
     parser.add_argument("--max-tokens-per-hole", type=int, default=48)
     parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("bench-results") / "infill")
     parser.set_defaults(run=main)
 
@@ -284,7 +311,6 @@ def main(args: argparse.Namespace) -> int:
     table = summarize(cpp, js)
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "rows.jsonl", "w", encoding="utf-8") as sink:
-        for row in cpp + js:
-            sink.write(json.dumps(row) + "\n")
+        sink.writelines(json.dumps(row) + "\n" for row in cpp + js)
     (args.out / "summary.md").write_text(table + "\n", encoding="utf-8")
     return outputs.show_run(args.out, ["rows.jsonl", "summary.md"])

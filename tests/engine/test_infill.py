@@ -104,3 +104,20 @@ def test_json_schema_with_a_real_tokenizer_and_model(tiny_gpt2, gpt2_vocab):
         value = json.loads(result.text)
         jsonschema.validate(value, schema)
         assert result.text.startswith(parts[0]) and result.text.endswith(parts[2])
+
+
+def test_cpp_holes_side_by_side_stay_in_the_language(vocab):
+    """Two holes with no fixed text between them, under the C++ grammar, a model that draws any
+    byte: the text after the first hole starts with a hole (a case the suffix oracle must
+    handle), and every output is a C++ translation unit."""
+    from grammars import Compiler, builtin_grammar
+
+    grammar = Compiler(vocab).compile_lark(builtin_grammar("cpp"))
+    lm = ScriptedLM(vocab.logits_width, [{}])
+    parts = ["int f(int x) {\n  return x", "", ";\n}\n"]
+    for seed in range(3):
+        result = infill(parts, model=lm, tokenizer=vocab, grammar=grammar, seed=seed, max_tokens_per_hole=4)
+        assert grammar.completable([result.text]), result.text
+        assert len(result.setup_seconds) == 2 and all(s > 0 for s in result.setup_seconds)
+        for hole in result.holes:
+            assert hole.checks == len(hole.check_seconds) >= hole.tokens

@@ -399,3 +399,65 @@ def test_sampled_with_unfiltered_drafts_and_adaptive_k(vocab, compiled):
     p, _ = _adaptive_pvalue(vocab, compiled, lambda: DraftModel(bad, constrained=False, stop_below=0.2),
                             SamplingParams(temperature=0.8), seed=5, filter_drafts=False)
     assert p > 0.01
+
+
+# --- budget-aware closing --------------------------------------------------------------------------
+
+
+def _closing(vocab, matcher, budget: int):
+    from engine.closing import BudgetClosing, ClosingPlanner
+
+    return BudgetClosing(ClosingPlanner(vocab), matcher.num_consumed + budget)
+
+
+@pytest.mark.parametrize("name", ["draft_model", "draft_model_unconstrained", "prompt_lookup", "forced"])
+def test_greedy_with_closing_equals_token_by_token(vocab, compiled, name):
+    """A target that prefers a/b runs out of room for "cc" unless closing steers it: speculative
+    rounds must steer exactly where token-by-token decoding does."""
+    steered = 0
+    for seed in (1, 4):
+        target, _ = scripted(vocab, seed=seed, bias={A: 2.5, B: 2.5, AB: 2.5, BA: 2.5})
+        for budget in (4, 5, 6):
+            expected = generate(PROMPT, model=target, tokenizer=vocab, regex=REGEX, temperature=0,
+                                max_tokens=budget)
+            matcher = compiled.matcher()
+            out = speculative_decode(target, sources(vocab)[name], vocab, PROMPT, matcher, k=3, max_tokens=budget,
+                                     params=SamplingParams(temperature=0), closing=_closing(vocab, matcher, budget))
+            assert out.token_ids == expected.token_ids, (seed, budget)
+            assert out.finish_reason == expected.finish_reason == "stop"
+            steered += out.budget_steered
+    assert steered > 0  # the budget did bind
+
+
+def test_sampled_with_closing_is_the_narrowed_distribution(vocab, compiled):
+    budget = 4
+    target, target_fn = scripted(vocab, seed=1, bias={A: 1.5, B: 1.5})
+    narrowed = _closing(vocab, compiled.matcher(), budget).narrow(compiled.matcher())
+    exact = exact_masked(target_fn, narrowed, vocab.logits_width, max_tokens=budget)
+    draft, _ = scripted(vocab, seed=2)
+    generator = torch.Generator().manual_seed(7)
+    counts: Counter = Counter()
+    steered = 0
+    for _ in range(3000):
+        matcher = compiled.matcher()
+        out = speculative_decode(target, DraftModel(draft), vocab, PROMPT, matcher, k=3, max_tokens=budget,
+                                 generator=generator, closing=_closing(vocab, matcher, budget))
+        assert out.finish_reason == "stop"
+        counts[tuple(out.token_ids) + (EOS,)] += 1
+        steered += out.budget_steered
+    assert steered > 0
+    assert set(counts) <= set(exact)
+    assert chisquare_pvalue(counts, exact) > 1e-3
+
+
+def test_generate_applies_closing_on_the_speculative_path(vocab):
+    target, _ = scripted(vocab, seed=4, bias={A: 2.5, B: 2.5, AB: 2.5, BA: 2.5})
+    draft = scripted(vocab, seed=2)[0]
+    plain = generate(PROMPT, model=target, tokenizer=vocab, regex=REGEX, temperature=0, max_tokens=5)
+    spec = generate(PROMPT, model=target, tokenizer=vocab, regex=REGEX, temperature=0, max_tokens=5,
+                    draft_model=draft)
+    assert spec.token_ids == plain.token_ids and spec.finish_reason == "stop"
+    assert spec.budget_steered > 0
+    off = generate(PROMPT, model=target, tokenizer=vocab, regex=REGEX, temperature=0, max_tokens=5,
+                   draft_model=draft, budget_closing=False)
+    assert off.finish_reason == "length" and off.budget_steered == 0
