@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from grammars import CompiledGrammar
+from grammars.automata.holes import PrefixChart
 from grammars.errors import LimitExceeded
 from grammars.bitmask import allocate_token_bitmask
 from grammars.vocab.vocabulary import TokenVocabulary
@@ -254,6 +255,7 @@ class _Canvas:
         # a token without bytes other than EOS would leave a position empty: holes assume each
         # position before a committed token holds at least one byte, so constrained modes drop them
         self.no_bytes = [i for i, b in enumerate(vocab.token_bytes) if not b and i not in self.eos]
+        self._prefix_chart: PrefixChart | None = None
 
     def masked(self, start: int, end: int) -> list[int]:
         return [i for i in range(start, end) if self.tokens[i] == self.mask]
@@ -362,8 +364,10 @@ class _Canvas:
     def _completable(self, tokens: list[int]) -> bool:
         parts, holes = self._parts(tokens)
         self.result.checks += 1
+        if self._prefix_chart is None:  # the canvas's committed left part is parsed once, not per check
+            self._prefix_chart = PrefixChart(self.compiled.hole_grammar, self.compiled._runtime.limits)
         try:
-            return self.compiled.completable(parts, hole_bytes=holes)
+            return self._prefix_chart.completable(parts, holes)
         except LimitExceeded:  # undecided within Limits: the proposal is refused, as infill does
             self.result.undecided += 1
             return False

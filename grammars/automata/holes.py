@@ -44,7 +44,7 @@ from grammars.automata.cfg import TerminalCFG
 from grammars.errors import LimitExceeded
 from grammars.limits import Limits
 
-__all__ = ["HoleGrammar", "HoleChart", "HoleBounds", "Completion", "normalise_holes"]
+__all__ = ["Completion", "HoleBounds", "HoleChart", "HoleGrammar", "PrefixChart", "normalise_holes"]
 
 _ITEM = 0
 _LEXEME = 1
@@ -693,16 +693,26 @@ def _split(fill: bytes, bounds: list[HoleBounds]) -> list[bytes]:
     return out
 
 
-def solve(grammar: HoleGrammar, parts: Sequence[str | bytes], hole_bytes: Sequence[HoleBounds] | None,
-          limits: Limits, *, witness: bool) -> tuple[bool, list[bytes] | None, bool]:
-    """(completable, the fills of a fewest-byte completion when ``witness``, parts were str)."""
+def _question(grammar: HoleGrammar, parts: Sequence[str | bytes], hole_bytes: Sequence[HoleBounds] | None):
+    """``parts`` and ``hole_bytes`` checked and normalised: ``(answer, text, holes, fixed, merged,
+    groups)``, with ``answer`` True/False where the grammar decides at once (no start symbol, or
+    the empty text of a nullable language), else None and adjacent holes merged."""
     data, text = texts_as_bytes(parts)
     holes = normalise_holes(data, hole_bytes)
     if grammar.start < 0 and not grammar.cfg.start_nullable:
-        return False, None, text
+        return False, text, holes, None, None, None
     if not any(data) and all(low == 0 for low, _ in holes) and grammar.cfg.start_nullable:
-        return True, [b""] * len(holes), text
+        return True, text, holes, None, None, None
     fixed, merged, groups = _merged(data, holes)
+    return None, text, holes, fixed, merged, groups
+
+
+def solve(grammar: HoleGrammar, parts: Sequence[str | bytes], hole_bytes: Sequence[HoleBounds] | None,
+          limits: Limits, *, witness: bool) -> tuple[bool, list[bytes] | None, bool]:
+    """(completable, the fills of a fewest-byte completion when ``witness``, parts were str)."""
+    answer, text, holes, fixed, merged, groups = _question(grammar, parts, hole_bytes)
+    if answer is not None:
+        return answer, ([b""] * len(holes) if answer else None), text
     chart = HoleChart(grammar, limits, witness=witness)
     chart.extend(fixed[0])
     found = chart.check(fixed[1:], merged)
@@ -714,3 +724,35 @@ def solve(grammar: HoleGrammar, parts: Sequence[str | bytes], hole_bytes: Sequen
     for fill, group in zip(chart.fills(found, len(merged)), groups):
         fills.extend(_split(fill, [holes[i] for i in group]))
     return True, fills, text
+
+
+class PrefixChart:
+    """``completable`` for a run of questions whose first fixed texts share long beginnings — a
+    diffusion canvas, whose committed left part only grows while its proposals change. The chart
+    over the last first text is kept and parsed again only from where the next one differs, so a
+    check pays for what follows the common part (one-shot ``solve`` parses it all every time)."""
+
+    def __init__(self, grammar: HoleGrammar, limits: Limits | None = None):
+        self.grammar = grammar
+        self.chart = HoleChart(grammar, limits)
+        self.text = b""
+
+    def completable(self, parts: Sequence[str | bytes], hole_bytes: Sequence[HoleBounds] | None = None) -> bool:
+        answer, _, _, fixed, merged, _ = _question(self.grammar, parts, hole_bytes)
+        if answer is not None:
+            return answer
+        self._hold(fixed[0])
+        return self.chart.check(fixed[1:], merged) is not None
+
+    def _hold(self, first: bytes) -> None:
+        """The chart over ``first``: truncated to the common beginning, extended by the rest."""
+        held = self.text
+        common = min(len(held), len(first))
+        for i in range(common):
+            if held[i] != first[i]:
+                common = i
+                break
+        self.chart.truncate(common)
+        self.text = held[:common]
+        self.chart.extend(first[common:])  # past a limit, ``text`` stays the common part: the next call cuts back
+        self.text = first

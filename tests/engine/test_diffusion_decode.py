@@ -171,30 +171,24 @@ def test_a_random_model_under_the_cpp_grammar_writes_only_cpp(vocab):
     assert grammar.completable([result.text]), result.text
 
 
-class _EveryThirdCheckUndecided:
-    """A compiled grammar whose every third completability check runs out of its ``Limits``."""
+def test_a_check_past_its_limits_refuses_the_proposal_and_decoding_goes_on(vocab, monkeypatch):
+    """Every third completability check runs out of its ``Limits``: the proposal is refused."""
+    from grammars import LimitExceeded
+    from grammars.automata.holes import PrefixChart
 
-    def __init__(self, grammar):
-        self._grammar, self.calls = grammar, 0
+    real, calls = PrefixChart.completable, []
 
-    def __getattr__(self, name):
-        return getattr(self._grammar, name)
-
-    def completable(self, parts, **kwargs):
-        from grammars import LimitExceeded
-
-        self.calls += 1
-        if self.calls % 3 == 0:
+    def every_third_undecided(chart, parts, hole_bytes=None):
+        calls.append(1)
+        if len(calls) % 3 == 0:
             raise LimitExceeded("max_infill_items", 1)
-        return self._grammar.completable(parts, **kwargs)
+        return real(chart, parts, hole_bytes)
 
-
-def test_a_check_past_its_limits_refuses_the_proposal_and_decoding_goes_on(vocab):
+    monkeypatch.setattr(PrefixChart, "completable", every_third_undecided)
     grammar = Compiler(vocab).compile_gbnf(RECORDS)
-    flaky = _EveryThirdCheckUndecided(grammar)
-    result = diffusion_decode(random_lm(vocab.logits_width, 7), vocab, [EOS], flaky, canvas_length=16, steps=8,
+    result = diffusion_decode(random_lm(vocab.logits_width, 7), vocab, [EOS], grammar, canvas_length=16, steps=8,
                               mode="infill", temperature=1.0, generator=torch.Generator().manual_seed(7))
-    assert result.undecided == flaky.calls // 3 > 0
+    assert result.undecided == len(calls) // 3 > 0
     assert grammar.completable([result.text]), result.text  # never accepted unverified
 
 

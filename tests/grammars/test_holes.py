@@ -284,3 +284,43 @@ def test_json_schema_holes_complete_to_valid_instances(maskbench_cases):
                 assert grammar.completable([prefix, ""]) == live_prefix(grammar, prefix.encode()), prefix
             checked += 1
     assert checked >= 20
+
+
+def test_a_prefix_chart_answers_as_the_one_shot_question(small):
+    """A run of questions whose first texts grow, change and shrink (as a diffusion canvas's do):
+    the kept chart answers each exactly as ``completable`` does."""
+    from grammars.automata.holes import PrefixChart
+
+    grammar, alphabet = small
+    rng = random.Random(17)
+    chart = PrefixChart(grammar.hole_grammar)
+    first = b""
+    answers = set()
+    for _ in range(80):
+        move = rng.random()
+        if move < 0.5:
+            first += bytes([rng.choice(alphabet)])
+        elif move < 0.8 and first:
+            first = first[:rng.randrange(len(first))] + bytes([rng.choice(alphabet)])
+        else:
+            first = first[:rng.randint(0, len(first))]
+        parts = [first] + random_parts(rng, alphabet, rng.choice([1, 2]))
+        bounds = [(lo, rng.choice([None, lo + 2])) for lo in (rng.randint(0, 1) for _ in parts[1:])]
+        expected = grammar.completable(parts, hole_bytes=bounds)
+        assert chart.completable(parts, bounds) == expected, (parts, bounds)
+        answers.add(expected)
+    assert answers == {True, False}
+
+
+def test_a_prefix_chart_recovers_after_a_limit(vocab):
+    """A limit hit while the chart reads a first text leaves it part-read: the next question cuts
+    it back to what it holds for sure and answers exactly."""
+    from grammars.automata.holes import PrefixChart
+
+    grammar = compile_gbnf(SMALL_GRAMMARS["ambiguous"][0], vocab)
+    chart = PrefixChart(grammar.hole_grammar, Limits(max_infill_items=300))
+    with pytest.raises(LimitExceeded):
+        chart.completable([b"(" * 400 + b"x", b")" * 400])
+    assert chart.text == b"" and chart.chart.length > 0  # read part of it, holds none of it for sure
+    for parts, expected in (([b"(x", b")"], True), ([b"(x))", b""], False), ([b"((", b"x))"], True)):
+        assert chart.completable(parts) is expected, parts
