@@ -91,14 +91,12 @@ class SuffixOracle:
         self._deadline = float("inf")
         first_items = grammar.first_items
         self._predicted_items = frozenset(i for items in first_items.values() for i in items)
-        self.checks = 0
 
     # --- the question ----------------------------------------------------------------------
 
     def completable(self, chart: HoleChart) -> bool:
         """Whether ``chart``'s prefix followed by the holes and texts can be completed."""
         grammar = self.grammar
-        self.checks += 1
         if grammar.start < 0:
             return bool(grammar.cfg.start_nullable and chart.length == 0 and 0 in self.finals)
         if not chart.alive:

@@ -18,27 +18,24 @@ from collections import Counter
 
 import pytest
 import torch
+from test_speculative import EOS, PROMPT, REGEX, A, toy_vocabulary
 
 from engine import ScriptedLM, generate, speculative_decode
 from engine.diffusion_draft import DiffusionDraft
 from engine.diffusion_lm import ScriptedDiffusionLM
-from grammars import Compiler, TokenVocabulary
+from grammars import Compiler
 from samplers import SamplingParams
 from samplers.enumerate import chisquare_pvalue, exact_masked, hashed_logits_fn
 from samplers.masked import masked_distribution
 
-A, B, C, AB, BA, X, EOS = range(7)
 MASK = 7  # the diffusion model's extra column
-PROMPT = [X, A, B, C, C, A, B, X]
-REGEX = r"[ab]{1,3}cc[ab]?"  # 72 token sequences
 DYCK = 'root ::= d "c"\nd ::= ("a" d "b")*'  # balanced a/b, then "c": context-free
 GREEDY = SamplingParams(temperature=0)
 
 
 @pytest.fixture(scope="module")
 def vocab():
-    pieces = [b"a", b"b", b"c", b"ab", b"ba", b"x", b""]
-    return TokenVocabulary.from_bytes(pieces, eos_token_ids=[EOS], special_token_ids=[EOS])
+    return toy_vocabulary()
 
 
 @pytest.fixture(scope="module")

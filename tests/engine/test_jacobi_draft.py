@@ -14,13 +14,13 @@ from collections import Counter
 
 import pytest
 import torch
-from test_speculative import EOS, PROMPT, REGEX, A, B, C, X, scripted
+from test_speculative import EOS, PROMPT, REGEX, A, B, C, X, scripted, toy_vocabulary
 
 from engine import PromptLookup, ScriptedLM, generate, speculative_decode
 from engine.jacobi import JacobiDraft
 from engine.spec_tree import TokenTree, Verification
 from engine.speculative import resolve_draft
-from grammars import Compiler, TokenVocabulary
+from grammars import Compiler
 from samplers import SamplingParams
 from samplers.enumerate import chisquare_pvalue, exact_masked
 
@@ -29,8 +29,7 @@ GREEDY = SamplingParams(temperature=0)
 
 @pytest.fixture(scope="module")
 def vocab():
-    pieces = [b"a", b"b", b"c", b"ab", b"ba", b"x", b""]
-    return TokenVocabulary.from_bytes(pieces, eos_token_ids=[EOS], special_token_ids=[EOS])
+    return toy_vocabulary()
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +71,7 @@ def test_guesses_follow_the_rejected_branch():
     assert source._guesses == [C, A]  # predicted after B, after B C: guesses after A X
     # the pool holds the target's argmax after every verified position, keyed by its last token
     assert source.candidates([B]) == [C] and source.candidates([A]) == [X]
-    matcher = Compiler(TokenVocabulary.from_bytes([b"a", b"b", b"c", b"ab", b"ba", b"x", b""], eos_token_ids=[EOS],
-                                                  special_token_ids=[EOS])).compile_regex("[abcx]*").matcher()
+    matcher = Compiler(toy_vocabulary()).compile_regex("[abcx]*").matcher()
     proposed = source.propose_tree([X, A, X], matcher.fork(), 2, GREEDY, None, None)
     assert proposed.nodes[proposed.main_path()[0]].token == C  # the first guess leads
     assert source.propose_tree([X, A], matcher.fork(), 1, GREEDY, None, None).nodes[0].token == X  # no guess: the pool

@@ -40,10 +40,15 @@ A, B, C, AB, BA, X, EOS = range(7)
 PROMPT = [X, A, B, C, C, A, B, X]  # "x" is never allowed: prompt lookup proposes it
 
 
-@pytest.fixture(scope="module")
-def vocab():
+def toy_vocabulary() -> TokenVocabulary:
+    """The seven tokens every speculative test file shares (ids ``A`` … ``EOS``)."""
     pieces = [b"a", b"b", b"c", b"ab", b"ba", b"x", b""]
     return TokenVocabulary.from_bytes(pieces, eos_token_ids=[EOS], special_token_ids=[EOS])
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return toy_vocabulary()
 
 
 @pytest.fixture(scope="module")

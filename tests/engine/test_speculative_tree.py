@@ -14,12 +14,12 @@ from collections import Counter
 
 import pytest
 import torch
-from test_speculative import EOS, PROMPT, REGEX, A, B, C, X, scripted
+from test_speculative import EOS, PROMPT, REGEX, A, B, C, X, scripted, toy_vocabulary
 
 from engine import ScriptedLM, generate, speculative_decode
 from engine.lm import HFCausalLM, check_tree, tree_logits, tree_paths
 from engine.spec_tree import DraftTree, TokenTree, draft_tree
-from grammars import Compiler, TokenVocabulary
+from grammars import Compiler
 from samplers import SamplingParams
 from samplers.enumerate import chisquare_pvalue, exact_masked
 
@@ -28,8 +28,7 @@ GREEDY = SamplingParams(temperature=0)
 
 @pytest.fixture(scope="module")
 def vocab():
-    pieces = [b"a", b"b", b"c", b"ab", b"ba", b"x", b""]
-    return TokenVocabulary.from_bytes(pieces, eos_token_ids=[EOS], special_token_ids=[EOS])
+    return toy_vocabulary()
 
 
 @pytest.fixture(scope="module")
@@ -243,6 +242,16 @@ def test_sampled_tree_without_replacement(vocab, compiled):
     assert p > 0.01
 
 
+def _levels(k: int, children) -> TokenTree:
+    """A tree grown ``k`` levels deep, each node's children given by ``children(tree, node)`` as
+    ``(token, law)`` pairs (``law`` None: a point mass)."""
+    tree = TokenTree()
+    frontier = [-1]
+    for _ in range(k):
+        frontier = [tree.add(t, node, law) for node in frontier for t, law in children(tree, node)]
+    return tree
+
+
 class UnmaskedTree:
     """Samples two children per node from the unmasked draft distribution, without replacement:
     invalid draws are pruned by the check and must stay as ghost draws for the rule to be exact."""
@@ -254,21 +263,19 @@ class UnmaskedTree:
         from samplers import sample_categorical
         from samplers.base import process_logits
 
-        tree = TokenTree()
-        frontier = [-1]
-        for _ in range(k):
-            nxt = []
-            for node in frontier:
-                q = torch.softmax(process_logits(self.lm.next_logits([context + tree.path(node)])[0], params)
-                                  .double(), -1)
-                for _ in range(2):
-                    law = q / q.sum()
-                    t = sample_categorical(law, generator)
-                    nxt.append(tree.add(t, node, law))
-                    q = q.clone()
-                    q[t] = 0.0
-            frontier = nxt
-        return tree
+        def children(tree, node):
+            q = torch.softmax(process_logits(self.lm.next_logits([context + tree.path(node)])[0], params)
+                              .double(), -1)
+            drawn = []
+            for _ in range(2):
+                law = q / q.sum()
+                t = sample_categorical(law, generator)
+                drawn.append((t, law))
+                q = q.clone()
+                q[t] = 0.0
+            return drawn
+
+        return _levels(k, children)
 
 
 @pytest.mark.statistical
@@ -288,16 +295,11 @@ class TopTree:
         self.lm = lm
 
     def propose_tree(self, context, matcher, k, params, generator, vocab):
-        tree = TokenTree()
-        frontier = [-1]
-        for _ in range(k):
-            nxt = []
-            for node in frontier:
-                logits = self.lm.next_logits([context + tree.path(node)])[0]
-                for t in torch.topk(logits, 2).indices.tolist():
-                    nxt.append(tree.add(t, node))
-            frontier = nxt
-        return tree
+        def children(tree, node):
+            logits = self.lm.next_logits([context + tree.path(node)])[0]
+            return [(t, None) for t in torch.topk(logits, 2).indices.tolist()]
+
+        return _levels(k, children)
 
 
 @pytest.mark.statistical
