@@ -23,7 +23,11 @@ decides *what* they get, jointly, never one position at a time:
   so a step commits nothing only when no masked position of its block has a completable draw;
   the block then ends (the next model call would see the same canvas: commits only narrow the
   language, never widen it). Holes left when the steps run out are closed with the shortest
-  witness fill (``complete``), and the result says how many bytes and positions it wrote.
+  witness fill (``complete``), token-exact: spelled in exactly the positions of its run (the last
+  run before the end may also take the EOS padding after it), the model's commit next to a run
+  masked again when no fill fits (``reopened``); the result says how many bytes and positions the
+  witness wrote. Only a canvas whose *given* positions leave no room returns a text longer than
+  the canvas (``overflow``).
 * ``"greedy"``: the baseline the papers compare with — a position is masked by the prefix
   automaton only when everything to its left is committed, otherwise it is unconstrained.
 * ``"none"``: unconstrained.
@@ -53,6 +57,7 @@ from grammars import CompiledGrammar
 from grammars.automata.holes import PrefixChart
 from grammars.errors import LimitExceeded
 from grammars.bitmask import allocate_token_bitmask
+from grammars.vocab.spelling import Spelling
 from grammars.vocab.vocabulary import TokenVocabulary
 from samplers.kernels import apply_token_bitmask_inplace
 
@@ -141,6 +146,9 @@ class DiffusionResult:
     witness_bytes: int = 0  # bytes a witness fill wrote to close holes the steps left open
     witness_positions: int = 0  # masked positions (before the end) that witness fill closed
     padded: int = 0  # masked positions set to EOS because an EOS was committed before them
+    #: tokens the text has beyond the canvas: no witness fill fitted the positions left (0: none)
+    overflow: int = 0
+    reopened: int = 0  # committed positions masked again so that a witness fill fits the positions
     #: the bytes each canvas position ended with (a witness fill on the first position of the masked
     #: run it closed, b"" on the rest of the run and after the end): what infilling reads fills from
     position_bytes: list[bytes] = field(default_factory=list, repr=False)
@@ -218,6 +226,7 @@ def diffusion_decode(
                   max_resamples, generator, prefix)
     if canvas is not None:
         run.tokens = canvas
+        run.given = frozenset(i for i, t in enumerate(canvas) if t != run.mask)
     n_blocks = math.ceil(canvas_length / block)
     per_block = max(1, steps // n_blocks)
     for b in range(n_blocks):
@@ -256,6 +265,7 @@ class _Canvas:
         # position before a committed token holds at least one byte, so constrained modes drop them
         self.no_bytes = [i for i, b in enumerate(vocab.token_bytes) if not b and i not in self.eos]
         self._prefix_chart: PrefixChart | None = None
+        self.given: frozenset[int] = frozenset()  # positions a partly filled canvas came with
 
     def masked(self, start: int, end: int) -> list[int]:
         return [i for i in range(start, end) if self.tokens[i] == self.mask]
@@ -442,25 +452,119 @@ class _Canvas:
     # --- the end ------------------------------------------------------------------------------
 
     def finish(self) -> DiffusionResult:
-        tokens = list(self.tokens)
-        end = next((i for i, t in enumerate(tokens) if t in self.eos), len(tokens))
+        overflow = None
+        if self.mode == "infill" and self.mask in self.tokens[:self._end()]:
+            overflow = self._close_with_witness()
+        tokens = self.tokens
+        end = self._end()
         pieces = [self.vocab.token_bytes[t] if i < end and t != self.mask else b"" for i, t in enumerate(tokens)]
-        if self.mode == "infill" and any(t == self.mask for t in tokens[:end]):
-            parts, holes = self._parts(tokens)
-            fills = self.compiled.complete(parts, hole_bytes=holes)
-            if fills is not None:
-                runs = [i for i in range(end) if tokens[i] == self.mask and (i == 0 or tokens[i - 1] != self.mask)]
-                for i, fill in zip(runs, fills):  # canvas_parts' holes are the masked runs, in order
-                    pieces[i] = fill
-                self.result.witness_bytes = sum(len(f) for f in fills)
-                self.result.witness_positions = sum(t == self.mask for t in tokens[:end])
-                text = b"".join(pieces)
-                self.result.text = text
-                self.result.token_ids = self.vocab.encode(text.decode("utf-8"))
-                self.result.position_bytes = pieces
-                return self.result
+        if overflow is not None:  # no fill fits the positions: the text is longer than the canvas
+            runs = [i for i in range(end) if tokens[i] == self.mask and (i == 0 or tokens[i - 1] != self.mask)]
+            for i, fill in zip(runs, overflow):  # canvas_parts' holes are the masked runs, in order
+                pieces[i] = fill
+            self.result.witness_bytes = sum(len(f) for f in overflow)
+            self.result.witness_positions = sum(t == self.mask for t in tokens[:end])
+            text = b"".join(pieces)
+            self.result.token_ids = self.vocab.encode(text.decode("utf-8"))
+            self.result.overflow = max(1, len(self.result.token_ids) - len(tokens))
+            self.result.text, self.result.position_bytes = text, pieces
+            return self.result
         body = [t for t in tokens[:end] if t != self.mask]
         self.result.token_ids = body
         self.result.text = self.vocab.decode(body)
         self.result.position_bytes = pieces
         return self.result
+
+    def _end(self) -> int:
+        return next((i for i, t in enumerate(self.tokens) if t in self.eos), len(self.tokens))
+
+    def _close_with_witness(self) -> list[bytes] | None:
+        """Close the masked runs before the end with the fewest-byte witness, token-exact: a run
+        between committed tokens takes exactly as many tokens as it has positions; the last run
+        before the end may also take the EOS padding after it (positions the canvas was not given),
+        fewest tokens first, EOS after.
+
+        The decoder's checks bound holes in bytes, so a run can be left that no fill spells in its
+        positions (two committed bytes of one character with one position between them). Then
+        the committed token next to the run that did not fit is masked again — the model's commit,
+        never a position the canvas was given — and the witness retried: remasking, as diffusion
+        samplers do, here only where the constraint needs room. Written into the canvas: None.
+        No room left to open: the unbounded fills, which ``finish`` returns as a text longer than
+        the canvas (``DiffusionResult.overflow``)."""
+        fills = None
+        for _ in range(len(self.tokens) + 1):
+            runs, room = self._open_runs()
+            spelled, fills, misfit = self._fit(runs, room)
+            if spelled is not None:
+                end = self._end()
+                self._write_fills(runs, spelled, end + room if runs[-1][1] == end else runs[-1][1])
+                self.result.witness_bytes = sum(len(f) for f in fills)
+                self.result.witness_positions = sum(j - i for i, j in runs)
+                return None
+            if misfit is None or not self._reopen(runs[misfit]):
+                return fills
+        return fills
+
+    def _open_runs(self) -> tuple[list[tuple[int, int]], int]:
+        """The masked runs before the end as (first, past-last) positions, and how many EOS
+        positions after the end the last run may take (when it reaches the end)."""
+        end = self._end()
+        runs: list[tuple[int, int]] = []
+        for i in range(end):
+            if self.tokens[i] == self.mask:
+                if runs and runs[-1][1] == i:
+                    runs[-1] = (runs[-1][0], i + 1)
+                else:
+                    runs.append((i, i + 1))
+        room = 0
+        if runs and runs[-1][1] == end:
+            while end + room < len(self.tokens) and self.tokens[end + room] in self.eos and end + room not in self.given:
+                room += 1
+        return runs, room
+
+    def _fit(self, runs: list[tuple[int, int]], room: int):
+        """(tokens per run, fills, None) for a witness that fits the positions, else (None, the
+        unbounded fills, the first run they did not fit or None). The fewest-byte fills first
+        (usually they fit), then interior runs held to a byte per position, which a vocabulary
+        spelling every byte always fits (the last run's fewest bytes are its fewest already)."""
+        parts, holes = self._parts(self.tokens)
+        spelling = Spelling.of_vocabulary(self.vocab)
+        tight = [(lo, lo) if lo else (0, None) for lo, _ in holes]
+        misfit, loose = None, None
+        for bounds in [holes] + ([tight] if tight != holes else []):
+            try:
+                fills = self.compiled.complete(parts, hole_bytes=bounds)
+            except LimitExceeded:
+                fills = None
+            if fills is None:
+                continue
+            spelled = []
+            for k, (fill, (lo, _), (i, j)) in enumerate(zip(fills, holes, runs)):
+                tokens = spelling.exactly(fill, j - i) if lo else spelling.fewest(fill)
+                if tokens is None or len(tokens) > (j - i) + (0 if lo else room):
+                    misfit = k if misfit is None else misfit
+                    break
+                spelled.append(tokens)
+            else:
+                return spelled, fills, None
+            loose = fills if loose is None else loose
+        return None, loose, misfit
+
+    def _reopen(self, run: tuple[int, int]) -> bool:
+        """Mask the committed position after ``run`` (before the end), else the one before it,
+        unless the canvas was given it; False when neither can be."""
+        i, j = run
+        for k in (j, i - 1):
+            if 0 <= k < self._end() and self.tokens[k] != self.mask and k not in self.given:
+                self.tokens[k] = self.mask
+                self.result.reopened += 1
+                return True
+        return False
+
+    def _write_fills(self, runs: list[tuple[int, int]], spelled: list[tuple[int, ...]], stop: int) -> None:
+        """Each run's tokens into its positions; the last run's positions after its tokens, up to
+        ``stop``, EOS (only a run before the end can be shorter than its positions)."""
+        for (i, _), tokens in zip(runs, spelled):
+            self.tokens[i:i + len(tokens)] = tokens
+        for k in range(runs[-1][0] + len(spelled[-1]), stop):
+            self.tokens[k] = self.eos_id

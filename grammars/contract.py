@@ -324,8 +324,10 @@ class StateHistory:
 
         Every id is checked first, so a malformed sequence raises ``TypeError`` with nothing consumed.
         """
+        if type(tokens) not in (tuple, list) or any(type(t) is not int for t in tokens):  # plain ints: checked
+            tokens = token_ids(tokens, self._where("try_advance"))
         consumed = 0
-        for token in token_ids(tokens, self._where("try_advance")):
+        for token in tokens:
             nxt = self._next_state(token)
             if nxt is None:
                 break

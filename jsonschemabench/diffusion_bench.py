@@ -25,7 +25,10 @@ Reported per setting and mode: parse %, valid %, model calls per sample, tokens 
 (``DiffusionResult.tokens_per_step``: positions committed by model calls, per model call — EOS
 padding and witness fills excluded — averaged over samples), canvas positions decided per model
 call (the same plus EOS padding and witness-closed positions), constraint milliseconds per
-step, seconds per sample and the overhead in seconds over unconstrained decoding.
+step, seconds per sample, the samples a witness closed, the commits the witness masked again to
+fit its fills in their positions (``reopened``, summed), the outputs longer than the canvas
+(``overflow``; always 0 unless given positions leave no room) and the overhead in seconds over
+unconstrained decoding.
 
 ``python -m jsonschemabench diffusion --protocol json-mode-eval --schemas 6``
 ``python -m jsonschemabench diffusion --task cpp --tasks 6 --canvas 128 --steps 64``
@@ -198,6 +201,7 @@ def _decode_row(decode, lm, vocab, sample: _Sample, setting: Setting, mode: str,
                   "committed": sum(out.committed_per_step), "tokens_per_step": out.tokens_per_step,
                   "positions_per_call": out.positions_per_call, "padded": out.padded,
                   "witness_positions": out.witness_positions, "witness_bytes": out.witness_bytes,
+                  "reopened": out.reopened, "overflow": out.overflow,
                   "constraint_s": out.constraint_seconds, "seconds": seconds, "checks": out.checks,
                   "refused": out.refused, "text": out.text.decode("utf-8", "replace")}
 
@@ -212,8 +216,8 @@ def summarize(rows: list[dict], args: argparse.Namespace) -> str:
         at = [r for r in rows if r["setting"] == setting.name]
         lines += ["", f"**{setting.describe()}**", "",
                   (f"| mode | n | {names[0]} | {names[1]} | model calls / sample | tokens / step | positions / call "
-                   "| constraint ms / step | s / sample | witness-closed | errors |"),
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                   "| constraint ms / step | s / sample | witness-closed | reopened | over the canvas | errors |"),
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         base = {r["file"]: r["seconds"] for r in at if r["mode"] == "none" and "error" not in r}
         overheads = []
         for mode in modes:
@@ -227,6 +231,7 @@ def summarize(rows: list[dict], args: argparse.Namespace) -> str:
                 f"{sum(r['tokens_per_step'] for r in ok) / n:.2f} | {sum(r['positions_per_call'] for r in ok) / n:.2f} | "
                 f"{1000 * sum(r['constraint_s'] for r in ok) / max(1, calls):.1f} | "
                 f"{sum(r['seconds'] for r in ok) / n:.2f} | {sum(r['witness_bytes'] > 0 for r in ok)} | "
+                f"{sum(r.get('reopened', 0) for r in ok)} | {sum(r.get('overflow', 0) > 0 for r in ok)} | "
                 f"{len(sel) - len(ok)} |")
             if mode != "none" and base:
                 paired = [r["seconds"] - base[r["file"]] for r in ok if r["file"] in base]

@@ -15,6 +15,7 @@ import numpy as np
 from grammars.automata.cfg import is_terminal, terminal_index
 from grammars.errors import LimitExceeded
 from grammars.masks.runtime import BoundedCache, GrammarRuntime, MatchState
+from grammars.vocab.spelling import Spelling
 
 __all__ = ["CompletionTables"]
 
@@ -60,7 +61,7 @@ class CompletionTables:
     """
 
     _by_runtime: "weakref.WeakKeyDictionary[GrammarRuntime, CompletionTables]" = weakref.WeakKeyDictionary()
-    _pieces_by_vocab: dict[int, tuple[object, object, dict[bytes, int], frozenset[bytes]]] = {}
+    _spellings: dict[int, tuple[object, object, Spelling]] = {}
 
     @classmethod
     def of(cls, runtime: GrammarRuntime) -> "CompletionTables":
@@ -406,48 +407,18 @@ class CompletionTables:
     # --- tokens --------------------------------------------------------------------------------
 
     def _tokenize(self, state: MatchState, text: bytes, text_ok: np.ndarray) -> tuple[int, ...] | None:
-        """Fewest text tokens spelling ``text`` (dynamic programming over byte positions).
+        """Fewest text tokens spelling ``text``. A token is allowed wherever its bytes continue
+        the text: the state after a byte string does not depend on how it is split into tokens."""
+        return self._spelling(text_ok).fewest(text)
 
-        A token is allowed wherever its bytes continue the text: the state after a byte string
-        does not depend on how it is split into tokens.
-        """
-        pieces, prefixes = self._pieces(text_ok)
-        n = len(text)
-        fewest = [0] + [1 << 60] * n
-        choice = [-1] * (n + 1)
-        for i in range(n):
-            if fewest[i] >= 1 << 60:
-                continue
-            for j in range(i + 1, n + 1):
-                piece = text[i:j]
-                if piece not in prefixes:  # no token starts with it: no longer one either
-                    break
-                token = pieces.get(piece)
-                if token is not None and fewest[i] + 1 < fewest[j]:
-                    fewest[j] = fewest[i] + 1
-                    choice[j] = token
-        if n and choice[n] < 0:
-            return None
-        tokens = []
-        j = n
-        while j > 0:
-            token = choice[j]
-            tokens.append(token)
-            j -= len(self.rt.token_bytes[token])
-        return tuple(reversed(tokens))
-
-    def _pieces(self, text_ok: np.ndarray) -> tuple[dict[bytes, int], frozenset[bytes]]:
-        """bytes -> first text token spelling them, and every prefix of a token's bytes; shared
-        by every grammar of a vocabulary."""
+    def _spelling(self, text_ok: np.ndarray) -> Spelling:
+        """The text tokens by their bytes; shared by every grammar of a vocabulary."""
         token_bytes = self.rt.token_bytes
         key = id(text_ok)
-        hit = self._pieces_by_vocab.get(key)
+        hit = self._spellings.get(key)
         if hit is None or hit[0] is not text_ok or hit[1] is not token_bytes:
-            pieces: dict[bytes, int] = {}
-            for tid in np.flatnonzero(text_ok[: len(token_bytes)]).tolist():
-                pieces.setdefault(token_bytes[tid], tid)
-            prefixes = frozenset(piece[:k] for piece in pieces for k in range(1, len(piece) + 1))
-            if len(self._pieces_by_vocab) > 8:
-                self._pieces_by_vocab.clear()
-            hit = self._pieces_by_vocab[key] = (text_ok, token_bytes, pieces, prefixes)
-        return hit[2], hit[3]
+            spelling = Spelling.of(token_bytes, np.flatnonzero(text_ok[: len(token_bytes)]).tolist())
+            if len(self._spellings) > 8:
+                self._spellings.clear()
+            hit = self._spellings[key] = (text_ok, token_bytes, spelling)
+        return hit[2]

@@ -62,6 +62,54 @@ def test_json_schema_outputs_validate(vocab):
         jsonschema.validate(json.loads(result.text), schema)
 
 
+def _assert_in_its_positions(result, canvas_length: int) -> None:
+    """Token-exact: the text is the canvas's tokens, one per position, none beyond the canvas."""
+    assert result.overflow == 0
+    assert len(result.position_bytes) == canvas_length and b"".join(result.position_bytes) == result.text
+    assert len(result.token_ids) <= canvas_length
+
+
+def test_witness_fills_take_exactly_the_positions_they_close(vocab):
+    """Random models under a JSON Schema and a record grammar, canvases from cramped to roomy, one
+    block and semi-autoregressive: every output is valid and occupies the canvas's positions."""
+    schema = {"type": "object", "properties": {"name": {"type": "string", "minLength": 3}, "n": {"type": "integer"}},
+              "required": ["name", "n"], "additionalProperties": False}
+    compiler = Compiler(vocab)
+    grammars = [(compiler.compile_json_schema(schema), lambda text: jsonschema.validate(json.loads(text), schema)),
+                (compiler.compile_gbnf(RECORDS), None)]
+    for (grammar, validate), length, block, seed in [(g, n, b, s) for g in grammars for n in (18, 40)
+                                                     for b in (None, 8) for s in range(1)]:
+        result = diffusion_decode(random_lm(vocab.logits_width, seed), vocab, [EOS], grammar, canvas_length=length,
+                                  steps=length // 3, block_length=block, mode="infill", temperature=1.0,
+                                  generator=torch.Generator().manual_seed(seed))
+        assert grammar.completable([result.text]), result.text
+        if validate:
+            validate(result.text)
+        _assert_in_its_positions(result, length)
+
+
+def test_a_fill_that_cannot_fit_its_positions_reopens_the_model_commit_next_to_it(vocab):
+    """"a" and "e" are committed with one position between; the language needs "bcd" there (or
+    nothing), and no token spells "bcd": the witness masks the "e" again and writes "e" itself."""
+    grammar = Compiler(vocab).compile_gbnf('root ::= "a" ("bcd")* "e"')
+    lm = _peaked_lm(vocab, {0: {ord("a"): 9.0}, 2: {ord("e"): 8.0}, 1: {ord("x"): 1.0}})
+    result = diffusion_decode(lm, vocab, [EOS], grammar, canvas_length=3, steps=3, mode="infill",
+                              unmasking="confidence", max_resamples=2)
+    assert result.text == b"ae" and result.reopened == 1
+    assert result.token_ids == [ord("a"), ord("e")]
+    _assert_in_its_positions(result, 3)
+
+
+def test_given_positions_are_never_reopened_and_a_misfit_is_reported_as_overflow(vocab):
+    grammar = Compiler(vocab).compile_gbnf('root ::= "a" ("bcd")* "e"')
+    canvas = [ord("a"), MASK, ord("e")]
+    result = diffusion_decode(random_lm(vocab.logits_width, 0), vocab, [EOS], grammar, canvas=canvas, steps=2,
+                              mode="infill")
+    assert result.text == b"abcde" and result.reopened == 0
+    assert result.overflow == 1 and len(result.token_ids) == 4  # "ab" "c" "d" "e" in three positions
+    assert result.witness_bytes == 3
+
+
 def test_regular_constraints_with_dingo_fill_the_canvas_validly(vocab):
     grammar = Compiler(vocab).compile_regex(r"[a-c]{2,4}-[0-9]{1,3}")
     for seed, unmasking in enumerate([FixedCount(), ConfidenceThreshold(0.5), EntropyBounded(2.0)]):

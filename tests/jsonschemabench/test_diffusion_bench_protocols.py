@@ -36,15 +36,15 @@ def _row(setting: str, mode: str, file: str, seconds: float, **fields) -> dict:
 def test_the_summary_has_a_table_per_setting_and_pairs_overheads_by_sample():
     args = _args("--protocol", "json-mode-eval")
     rows = [_row("one block", "none", "a", 1.0), _row("one block", "none", "b", 3.0),
-            _row("one block", "infill", "a", 2.0, constraint_s=0.5, witness_bytes=4),
+            _row("one block", "infill", "a", 2.0, constraint_s=0.5, witness_bytes=4, reopened=3),
             _row("one block", "infill", "b", 5.0, valid=False, tokens_per_step=1.0),
-            _row("semi-AR", "none", "a", 1.0), _row("semi-AR", "infill", "a", 1.5),
+            _row("semi-AR", "none", "a", 1.0), _row("semi-AR", "infill", "a", 1.5, overflow=2),
             {"file": "b", "setting": "semi-AR", "mode": "infill", "regular": False, "error": "ValueError: x"}]
     text = bench.summarize(rows, args)
     assert "**one block: canvas 128, 64 steps, one block**" in text
     assert "**semi-AR: canvas 128, 64 steps, blocks of 32**" in text
-    assert "| infill | 2 | 100.0% | 50.0% | 10.0 | 1.50 | 3.00 | 25.0 | 3.50 | 1 | 0 |" in text
-    assert "| infill | 2 | 100.0% | 100.0% | 10.0 | 2.00 | 3.00 | 0.0 | 1.50 | 0 | 1 |" in text
+    assert "| infill | 2 | 100.0% | 50.0% | 10.0 | 1.50 | 3.00 | 25.0 | 3.50 | 1 | 3 | 0 | 0 |" in text
+    assert "| infill | 2 | 100.0% | 100.0% | 10.0 | 2.00 | 3.00 | 0.0 | 1.50 | 0 | 0 | 1 | 1 |" in text
     assert "infill +1.50" in text and "infill +0.50" in text
     assert "| greedy |" not in text  # only the modes that ran
 
