@@ -409,6 +409,8 @@ def render_markdown(summary: Mapping) -> str:
     if pairs:
         lines += ["", "Filtering (drafts trimmed at their first invalid token) vs not: " + "; ".join(
             f"{a}: {_f(by[a].get('acceptance'), '.1%')} vs {_f(by[b].get('acceptance'), '.1%')} acceptance, "
+            f"{by[a]['target_calls']} vs {by[b]['target_calls']} target calls scoring "
+            f"{by[a].get('drafted', 0)} vs {by[b].get('drafted', 0)} draft positions, "
             f"{by[a]['seconds']:.2f} s vs {by[b]['seconds']:.2f} s" for a, b in pairs)]
     replay = summary.get("tree_node")
     if replay:

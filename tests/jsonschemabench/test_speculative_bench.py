@@ -46,7 +46,8 @@ def test_summary_pools_seconds_and_counts_source_drafts_only():
     assert unfiltered["acceptance"] == pytest.approx(8 / 16) and unfiltered["invalid_tokens"] == 4
     text = bench.render_markdown(summary)
     assert "| prompt_lookup k=4 | 2.00 | 66.7% |" in text
-    assert "prompt_lookup k=4: 66.7% vs 50.0% acceptance, 3.00 s vs 4.00 s" in text
+    assert ("prompt_lookup k=4: 66.7% vs 50.0% acceptance, 11 vs 20 target calls scoring 16 vs 20 draft positions, "
+            "3.00 s vs 4.00 s") in text
 
 
 def test_configs_and_labels():
