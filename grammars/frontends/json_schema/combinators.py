@@ -856,9 +856,12 @@ def _string_language(c: SchemaContext, keywords: dict, include: list, exclude: l
         return pieces[0]
     try:
         limits = c.layout.limits
-        dfa = compile_regular(pieces[0], limits)
-        for piece in pieces[1:]:
-            dfa = intersect(dfa, compile_regular(piece, limits), limits)
+        # smallest first: the keywords' piece (length bounds multiply a pattern's states) is
+        # usually the largest, and meeting it last keeps the intermediate products small
+        automata = sorted((compile_regular(piece, limits) for piece in pieces), key=lambda d: d.n_states)
+        dfa = automata[0]
+        for other in automata[1:]:
+            dfa = intersect(dfa, other, limits)
     except LimitExceeded as exc:
         raise UnsupportedSchemaError(keyword, where, f"intersection of string languages too large: {exc}") from None
     return NOTHING if dfa.is_empty_language else dfa  # a ByteDFA embedded in the IR, as the scalars module does

@@ -303,3 +303,20 @@ def test_single_character_fast_path_matches_the_range_path(pair, escapes):
     both = compile_regular(strings.encode_chars(Chars(((a, b),)), escapes))  # range path
     singles = compile_regular(alt([strings.encode_chars(Chars(((a, a),)), escapes), strings.encode_chars(Chars(((b, b),)), escapes)]))
     assert both.key == singles.key
+
+
+STRING_CONJUNCTIONS = [
+    # several patterns with length bounds and excluded values: their automata meet smallest first
+    {"type": "string", "minLength": 3, "maxLength": 6, "allOf": [{"pattern": "a"}, {"pattern": "b"}, {"pattern": "^[a-c]"}]},
+    {"type": "string", "maxLength": 2, "allOf": [{"pattern": "a"}, {"pattern": ".*"}], "not": {"enum": ["a", "ab"]}},
+    {"type": "string", "minLength": 4, "pattern": "x", "anyOf": [{"pattern": "^x"}, {"pattern": "y$"}]},
+]
+
+
+@pytest.mark.parametrize("schema", STRING_CONJUNCTIONS)
+def test_conjunctions_of_patterns_lengths_and_excluded_values_match_the_oracle(byte_vocab, schema):
+    from schema_check import Checker
+
+    strings = ["", "a", "b", "ab", "ba", "abc", "cab", "aab", "abcabc", "abcabca", "bca", "x", "xy", "xxxx",
+               "axxy", "xabc", "yyyx", "xaay", "é", "aé b", "a\u00e9"]
+    assert not Checker(byte_vocab).disagreements(schema, strings)
