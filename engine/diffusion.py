@@ -149,8 +149,8 @@ class DiffusionResult:
     #: tokens the text has beyond the canvas: no witness fill fitted the positions left (0: none)
     overflow: int = 0
     reopened: int = 0  # committed positions masked again so that a witness fill fits the positions
-    #: the bytes each canvas position ended with (a witness fill on the first position of the masked
-    #: run it closed, b"" on the rest of the run and after the end): what infilling reads fills from
+    #: the bytes of each canvas position's token, b"" after the end (with an ``overflow``, a fill on
+    #: the first position of the run it closed and b"" on the rest): what infilling reads fills from
     position_bytes: list[bytes] = field(default_factory=list, repr=False)
 
     @property
