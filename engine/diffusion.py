@@ -149,6 +149,12 @@ class DiffusionResult:
     #: tokens the text has beyond the canvas: no witness fill fitted the positions left (0: none)
     overflow: int = 0
     reopened: int = 0  # committed positions masked again so that a witness fill fits the positions
+    #: the output prefix and the text are a complete sentence of the constraint, checked by a matcher
+    #: (an independent parser) after decoding; None in the modes that promise nothing ("none",
+    #: "greedy"). False only when closing
+    #: the canvas failed (a parser limit during the witness): the text is then cut short, never
+    #: passed off as complete (``generate`` reports ``finish_reason="length"``).
+    complete: bool | None = None
     #: the bytes of each canvas position's token, b"" after the end (with an ``overflow``, a fill on
     #: the first position of the run it closed and b"" on the rest): what infilling reads fills from
     position_bytes: list[bytes] = field(default_factory=list, repr=False)
@@ -452,6 +458,20 @@ class _Canvas:
     # --- the end ------------------------------------------------------------------------------
 
     def finish(self) -> DiffusionResult:
+        result = self._finish()
+        if self.mode in ("dingo", "infill"):  # the modes that promise a sentence of the language
+            result.complete = self._accepts(result.token_ids)
+        return result
+
+    def _accepts(self, tokens: list[int]) -> bool:
+        matcher = self.compiled.matcher()
+        try:
+            ids = self.prefix + list(tokens)
+            return matcher.try_advance(ids) == len(ids) and matcher.is_accepting()
+        except LimitExceeded:
+            return False
+
+    def _finish(self) -> DiffusionResult:
         overflow = None
         if self.mode == "infill" and self.mask in self.tokens[:self._end()]:
             overflow = self._close_with_witness()

@@ -88,8 +88,9 @@ class GenerationResult:
     generated tokens (EOS excluded). ``value`` is the parsed JSON for ``schema=`` generations —
     a Pydantic instance when the schema was a Pydantic model class — or ``None`` when there is
     no schema or the text does not parse. ``finish_reason``: ``"stop"`` (EOS at an accepting
-    state, or the grammar allowed nothing else), ``"length"`` (``max_tokens`` reached) or
-    ``"stop_string"``.
+    state, or the grammar allowed nothing else), ``"length"`` (``max_tokens`` reached; for a
+    diffusion model, a canvas whose holes could not be closed within the parser's limits: the text
+    is cut short) or ``"stop_string"``.
 
     Timings (seconds): ``compile_s`` (constraint compilation, 0 on a cache hit or none),
     ``first_token_s`` (decode start to this row's first token, prefill included) and
@@ -526,7 +527,8 @@ def _generate_diffusion(prompts: list, lm: Any, opts: GenerationOptions, seeds: 
         out = diffusion_decode(lm, vocab, prompt_ids, compiled, canvas_length=opts.canvas_length, steps=opts.steps,
                                block_length=opts.block_length, unmasking=opts.unmasking, mode=opts.diffusion_mode,
                                temperature=opts.temperature, generator=generator)
-        result = _result(out.text, out.token_ids, "stop", opts.schema, prompt_ids, compile_s)
+        finish = "length" if out.complete is False else "stop"  # a canvas the witness could not close
+        result = _result(out.text, out.token_ids, finish, opts.schema, prompt_ids, compile_s)
         result.first_token_s = time.perf_counter() - start
         results.append(result)
     return results

@@ -184,7 +184,7 @@ def test_generate_dispatches_on_a_diffusion_model(vocab):
               "additionalProperties": False}
     result = generate("x", model=random_lm(vocab.logits_width), tokenizer=vocab, schema=schema, canvas_length=16,
                       steps=8, seed=0)
-    assert result.value is not None and isinstance(result.value["ok"], bool)
+    assert result.value is not None and isinstance(result.value["ok"], bool) and result.finish_reason == "stop"
     regex = generate("x", model=random_lm(vocab.logits_width, 1), tokenizer=vocab, regex="[0-9]{3}",
                      canvas_length=6, steps=3, unmasking="threshold")
     assert len(regex.text) == 3 and regex.text.isdigit()
@@ -276,6 +276,32 @@ def test_a_block_nothing_can_be_committed_in_is_closed_after_one_call(vocab):
     assert result.model_calls == 1 and result.committed_per_step == [0]
     assert result.text in (b"ab", b"cd") and result.witness_bytes == 2
     assert result.witness_positions == 3  # the witness decided the whole run, its empty tail included
+
+
+def test_a_canvas_the_witness_cannot_close_is_reported_incomplete(vocab, monkeypatch):
+    """Nothing the model proposes can be committed and the witness hits a parser limit: the text
+    is cut short, and says so (``complete`` False, ``finish_reason="length"``), never "stop"."""
+    from engine import generate
+    from grammars import CompiledGrammar
+    from grammars.errors import LimitExceeded
+
+    def over_the_limit(self, parts, *, hole_bytes=None):
+        raise LimitExceeded("max_infill_items", 1, "a limit hit while closing the canvas")
+
+    balanced = 'root ::= "a" root "b" | "ab"'  # context-free: closed by the witness, not DINGO
+    grammar = Compiler(vocab).compile_gbnf(balanced)
+    lm = _peaked_lm(vocab, {0: {ord("x"): 9.0}, 1: {ord("y"): 9.0}, 2: {ord("z"): 9.0}})
+    closed = diffusion_decode(lm, vocab, [EOS], grammar, canvas_length=3, steps=3, mode="infill",
+                              unmasking="confidence", max_resamples=2)
+    assert closed.complete is True and closed.text == b"ab"
+    monkeypatch.setattr(CompiledGrammar, "complete", over_the_limit)
+    cut = diffusion_decode(lm, vocab, [EOS], grammar, canvas_length=3, steps=3, mode="infill",
+                           unmasking="confidence", max_resamples=2)
+    assert cut.complete is False and cut.text == b""
+    result = generate("x", model=lm, tokenizer=vocab, grammar=balanced, canvas_length=3, steps=3,
+                      unmasking="confidence", temperature=0)
+    assert result.finish_reason == "length" and result.text == ""
+    assert diffusion_decode(lm, vocab, [EOS], grammar, canvas_length=3, steps=3, mode="greedy").complete is None
 
 
 def test_padding_after_an_eos_is_counted_apart_from_commits(vocab):
