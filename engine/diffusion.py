@@ -160,6 +160,14 @@ class DiffusionResult:
     position_bytes: list[bytes] = field(default_factory=list, repr=False)
 
     @property
+    def finish_reason(self) -> str:
+        """"stop" when the text is complete — in a constrained mode when the matcher accepts it
+        (``complete``), otherwise when the model wrote EOS before the canvas ran out — else "length"."""
+        if self.complete is not None:
+            return "stop" if self.complete else "length"
+        return "stop" if len(self.token_ids) < len(self.position_bytes) else "length"
+
+    @property
     def tokens_per_step(self) -> float:
         """Positions committed by model calls, per model call (padding and witness fills excluded)."""
         return sum(self.committed_per_step) / max(1, len(self.committed_per_step))
@@ -479,11 +487,11 @@ class _Canvas:
         end = self._end()
         pieces = [self.vocab.token_bytes[t] if i < end and t != self.mask else b"" for i, t in enumerate(tokens)]
         if overflow is not None:  # no fill fits the positions: the text is longer than the canvas
-            runs = [i for i in range(end) if tokens[i] == self.mask and (i == 0 or tokens[i - 1] != self.mask)]
-            for i, fill in zip(runs, overflow):  # canvas_parts' holes are the masked runs, in order
+            runs, _ = self._open_runs()
+            for (i, _), fill in zip(runs, overflow):  # canvas_parts' holes are the masked runs, in order
                 pieces[i] = fill
             self.result.witness_bytes = sum(len(f) for f in overflow)
-            self.result.witness_positions = sum(t == self.mask for t in tokens[:end])
+            self.result.witness_positions = sum(j - i for i, j in runs)
             text = b"".join(pieces)
             self.result.token_ids = self.vocab.encode(text.decode("utf-8"))
             self.result.overflow = max(1, len(self.result.token_ids) - len(tokens))

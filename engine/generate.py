@@ -89,8 +89,9 @@ class GenerationResult:
     a Pydantic instance when the schema was a Pydantic model class — or ``None`` when there is
     no schema or the text does not parse. ``finish_reason``: ``"stop"`` (EOS at an accepting
     state, or the grammar allowed nothing else), ``"length"`` (``max_tokens`` reached; for a
-    diffusion model, a canvas whose holes could not be closed within the parser's limits: the text
-    is cut short) or ``"stop_string"``.
+    diffusion model, ``DiffusionResult.finish_reason``: a constrained canvas whose holes could not
+    be closed within the parser's limits, cut short, or an unconstrained one without EOS) or
+    ``"stop_string"``.
 
     Timings (seconds): ``compile_s`` (constraint compilation, 0 on a cache hit or none),
     ``first_token_s`` (decode start to this row's first token, prefill included) and
@@ -527,8 +528,7 @@ def _generate_diffusion(prompts: list, lm: Any, opts: GenerationOptions, seeds: 
         out = diffusion_decode(lm, vocab, prompt_ids, compiled, canvas_length=opts.canvas_length, steps=opts.steps,
                                block_length=opts.block_length, unmasking=opts.unmasking, mode=opts.diffusion_mode,
                                temperature=opts.temperature, generator=generator)
-        finish = "length" if out.complete is False else "stop"  # a canvas the witness could not close
-        result = _result(out.text, out.token_ids, finish, opts.schema, prompt_ids, compile_s)
+        result = _result(out.text, out.token_ids, out.finish_reason, opts.schema, prompt_ids, compile_s)
         result.first_token_s = time.perf_counter() - start
         results.append(result)
     return results

@@ -248,9 +248,7 @@ class Runtime:
 
     def diffusion_sequence(self, spec: SequenceSpec, temperature: float) -> dict[str, Any]:
         """One canvas of ``spec.options.max_tokens`` positions after ``spec.prompt``: the result dict
-        the sinks take (``finish`` "stop" when the text is complete: a constrained canvas when a
-        matcher accepts it (``DiffusionResult.complete``), an unconstrained one when the model
-        wrote EOS; "length" otherwise)."""
+        the sinks take (``finish``: ``DiffusionResult.finish_reason``)."""
         from engine.diffusion import diffusion_decode
 
         generator = None if spec.seed is None else torch.Generator().manual_seed(int(spec.seed))
@@ -259,10 +257,7 @@ class Runtime:
                                canvas_length=length, steps=min(length, DIFFUSION_STEPS), temperature=temperature,
                                generator=generator)
         text = out.text.decode("utf-8", errors="replace")
-        if spec.grammar is not None:
-            finish = "length" if out.complete is False else "stop"
-        else:
-            finish = "stop" if len(out.token_ids) < length else "length"
+        finish = out.finish_reason
         cut = min((i for i in (text.find(s) for s in spec.options.stop) if i >= 0), default=-1)
         if cut >= 0:  # a stop string ends the text as in autoregressive decoding (it is not included)
             text, finish = text[:cut], "stop_string"

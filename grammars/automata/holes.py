@@ -34,6 +34,7 @@ prefix once and per check only for the new bytes and what follows them.
 from __future__ import annotations
 
 import heapq
+import os
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -746,13 +747,8 @@ class PrefixChart:
 
     def _hold(self, first: bytes) -> None:
         """The chart over ``first``: truncated to the common beginning, extended by the rest."""
-        held = self.text
-        common = min(len(held), len(first))
-        for i in range(common):
-            if held[i] != first[i]:
-                common = i
-                break
+        common = len(os.path.commonprefix([self.text, first]))
         self.chart.truncate(common)
-        self.text = held[:common]
+        self.text = first[:common]
         self.chart.extend(first[common:])  # past a limit, ``text`` stays the common part: the next call cuts back
         self.text = first
