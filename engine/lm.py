@@ -34,6 +34,7 @@ outside ``[0, logits_width)``. Adapters are not thread-safe: use one per thread.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,7 +47,11 @@ __all__ = [
     "LanguageModel",
     "ScriptedLM",
     "check_prefixes",
+    "OUTPUT_VOCAB_FILE",
+    "OutputSubset",
+    "chain_logits",
     "check_tree",
+    "read_output_vocab",
     "resolve_device",
     "resolve_dtype",
     "tree_logits",
@@ -134,6 +139,83 @@ def tree_logits(lm: LanguageModel, context: Sequence[int], parents: Sequence[int
     ctx = check_prefixes([context], lm.logits_width)[0]
     parents, tokens = check_tree(parents, tokens, lm.logits_width)
     return lm.next_logits([ctx] + [ctx + path for path in tree_paths(parents, tokens)])
+
+def chain_logits(lm: LanguageModel, context: Sequence[int], tokens: Sequence[int],
+                 positions: Sequence[int] | None = None) -> torch.Tensor:
+    """Logits after ``context + tokens[:i]`` for each ``i`` in ``positions`` (default ``0..n``):
+    ``lm.chain_logits`` (one pass over one row) where the model has it, else ``next_logits`` over
+    just those prefixes. Speculative verification of a chain draft."""
+    wanted = list(range(len(tokens) + 1)) if positions is None else [int(i) for i in positions]
+    own = getattr(lm, "chain_logits", None)
+    if callable(own):
+        rows = own(context, tokens)
+        return rows if len(wanted) == rows.shape[0] else rows[torch.tensor(wanted, device=rows.device)]
+    return lm.next_logits([list(context) + list(tokens[:i]) for i in wanted])
+
+
+#: the file beside a model's weights that lists its reduced output vocabulary (``engine.distill``
+#: writes it; ``engine.speculative.load_draft_lm`` reads it)
+OUTPUT_VOCAB_FILE = "output_vocab.json"
+
+
+def read_output_vocab(folder: str | os.PathLike[str]) -> list[int] | None:
+    """The token ids of ``folder/output_vocab.json`` (``{"ids": [...], ...}``), or ``None`` when the
+    folder has none. A malformed file is a ``ValueError`` naming it."""
+    import json
+
+    path = os.path.join(os.path.expanduser(str(folder)), OUTPUT_VOCAB_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            ids = json.load(f)["ids"]
+        return [int(t) for t in ids]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not an output vocabulary ({type(exc).__name__}: {exc})") from None
+
+
+@dataclass(frozen=True)
+class OutputSubset:
+    """The rows of a model's output layer for a subset of token ids: full-width logits with
+    ``-inf`` outside the subset, at the cost of the subset's rows only (a reduced-vocabulary head)."""
+
+    ids: torch.Tensor  # [n] long, sorted, unique
+    weight: torch.Tensor  # [n, hidden]
+    bias: torch.Tensor | None
+    width: int
+
+    #: config fields of models that transform logits after the output layer, which a sliced head
+    #: would skip: refused rather than silently changing the model's distribution
+    _POST_HEAD = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+
+    @classmethod
+    def of(cls, model: Any, output_ids: Sequence[int], width: int) -> OutputSubset:
+        ids = sorted({int(t) for t in output_ids})
+        if not ids:
+            raise ValueError("output_ids is empty: a model needs at least one token it can output")
+        if ids[0] < 0 or ids[-1] >= width:
+            raise ValueError(f"output_ids holds ids outside [0, {width})")
+        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        for name in cls._POST_HEAD:
+            value = getattr(config, name, None)
+            if value not in (None, 1, 1.0):
+                raise ValueError(f"output_ids cannot restrict {type(model).__name__}: its config sets {name}={value}, "
+                                 "a transform after the output layer that a reduced head would skip")
+        head = model.get_output_embeddings()
+        if head is None or getattr(head, "weight", None) is None or getattr(model, "base_model", model) is model:
+            raise TypeError(f"output_ids needs a model with an output layer over a base model; "
+                            f"{type(model).__name__} has none")
+        index = torch.tensor(ids, dtype=torch.long, device=head.weight.device)
+        bias = getattr(head, "bias", None)
+        return cls(index, head.weight.detach().index_select(0, index).clone(),
+                   None if bias is None else bias.detach().index_select(0, index).clone(), width)
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        sub = torch.nn.functional.linear(hidden, self.weight, self.bias)
+        out = torch.full((*sub.shape[:-1], self.width), float("-inf"), dtype=sub.dtype, device=sub.device)
+        out[..., self.ids] = sub
+        return out
+
 
 # --- a mock ---------------------------------------------------------------------------------
 
@@ -253,6 +335,15 @@ class HFCausalLM:
     against). The model is put in eval mode; ``device``/``dtype`` move it in place
     (``nn.Module.to``). ``logits_width`` is the width of the output layer, which may exceed the
     tokenizer's vocabulary (padded embeddings): decoders mask the padding columns.
+
+    Only the logits a call returns are computed (``logits_to_keep`` where the model takes it: a
+    prefill of a long prompt does not pay the output layer at every prompt position).
+
+    ``output_ids`` restricts the output layer to those token ids (``OutputSubset``; the other
+    logits are ``-inf``): a *reduced-vocabulary draft model* (FR-Spec, Zhao et al. 2025), whose
+    draft step skips most of a large vocabulary's output matmul. The model's distribution is then
+    the softmax over the subset, which is the ``q`` speculative verification uses, so decoding
+    stays exact.
     """
 
     def __init__(
@@ -263,11 +354,14 @@ class HFCausalLM:
         dtype: torch.dtype | str | None = None,
         use_cache: bool = True,
         pad_token_id: int = 0,
+        output_ids: Sequence[int] | None = None,
     ):
         self.model = placed_model(model, "HFCausalLM", "a transformers causal LM", device, dtype)
         self.use_cache = use_cache
         self.pad_token_id = int(pad_token_id)
         self._width = _output_width(model)
+        self._head = None if output_ids is None else OutputSubset.of(self.model, output_ids, self._width)
+        self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         self._state: _CacheRows | None = None
         self._tree: _PendingTree | None = None
         self.forward_calls = 0
@@ -283,16 +377,18 @@ class HFCausalLM:
         local_files_only: bool = False,
         **kwargs: Any,
     ) -> HFCausalLM:
-        """Load with ``AutoModelForCausalLM.from_pretrained(path, ...)`` (a folder or a hub id)."""
+        """Load with ``AutoModelForCausalLM.from_pretrained(path, ...)`` (a folder or a hub id);
+        ``output_ids=`` is passed to the constructor, everything else to ``from_pretrained``."""
         from transformers import AutoModelForCausalLM
 
         if device is not None:
             resolve_device(device)  # before loading: a bad device is the caller's error, found at once
         load_kwargs = dict(kwargs)
+        output_ids = load_kwargs.pop("output_ids", None)
         if dtype is not None:
             load_kwargs["dtype"] = resolve_dtype(dtype)
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=local_files_only, **load_kwargs)
-        return cls(model, device=device)
+        return cls(model, device=device, output_ids=output_ids)
 
     @property
     def logits_width(self) -> int:
@@ -347,14 +443,44 @@ class HFCausalLM:
                 return self._feed_tree(self._empty(1), ctx, 0, parents, tokens)
             return self._feed_tree(self._state, ctx, retained[0], parents, tokens)
 
+    def chain_logits(self, context: Sequence[int], tokens: Sequence[int]) -> torch.Tensor:
+        """Logits after ``context + tokens[:i]`` for ``i = 0..len(tokens)`` (``[1 + n, width]``) from
+        one forward pass of one row: the uncached tail of ``context`` and ``tokens`` fed causally
+        after the cached prefix. The tokens stay in the cache as real tokens; the next call that
+        diverges from them crops them (a rejected speculative draft costs no extra pass)."""
+        ctx = check_prefixes([context], self._width)[0]
+        toks = check_token_rows([tokens], self._width, what="chain", call="chain_logits")[0] if len(tokens) else []
+        if not toks:
+            return self.next_logits([ctx])
+        if not self.use_cache:
+            return self.next_logits([ctx + toks[:i] for i in range(len(toks) + 1)])
+        with torch.no_grad():
+            retained = self._align([ctx]) if self._state is not None else None
+            state = self._empty(1) if retained is None or self._state is None else self._state
+            r = retained[0] if retained is not None and self._state is not None else 0
+            tail = ctx[r:]
+            first = state.last_logits[:1].clone() if not tail else None  # ctx cached whole: its logits are
+            rows = self._feed([tail + toks], [r], keep=len(toks) + (1 if tail else 0))[0]
+            return rows if first is None else torch.cat([first.to(rows.device), rows])
+
     # --- internals -------------------------------------------------------------------------
+
+    def _forward(self, keep: int, **inputs: Any) -> torch.Tensor:
+        """The model's logits ``[rows, positions, width]`` at the last ``keep`` positions of a
+        forward pass over ``inputs`` (``keep=0``: all), only those computed where the model allows."""
+        if self._head is not None:
+            hidden = self.model.base_model(**inputs).last_hidden_state
+            return self._head(hidden[:, -keep:] if keep else hidden)
+        if self._keeps_logits:
+            return self.model(**inputs, logits_to_keep=keep).logits
+        logits = self.model(**inputs).logits  # pragma: no cover - models without logits_to_keep
+        return logits[:, -keep:] if keep else logits
 
     def _forward_plain(self, row: list[int]) -> torch.Tensor:
         ids = torch.tensor([row], dtype=torch.long, device=self.device)
         self.forward_calls += 1
         self.tokens_fed += len(row)
-        out = self.model(input_ids=ids, use_cache=False)
-        return out.logits[0, -1].float().clone()
+        return self._forward(1, input_ids=ids, use_cache=False)[0, -1].float().clone()
 
     def _new_cache(self) -> Any:
         from transformers import DynamicCache
@@ -443,8 +569,10 @@ class HFCausalLM:
             state.tokens = [[t for t in c if t >= 0] for c in state.columns]
         return [len(t) for t in state.tokens]
 
-    def _feed(self, new: list[list[int]], retained: list[int]) -> torch.Tensor:
-        """Append ``new[i]`` to row ``i`` (which holds ``retained[i]`` real tokens) in one forward pass."""
+    def _feed(self, new: list[list[int]], retained: list[int], keep: int = 0) -> torch.Tensor:
+        """Append ``new[i]`` to row ``i`` (which holds ``retained[i]`` real tokens) in one forward pass;
+        the logits after every row's last token, or with ``keep`` the logits ``[rows, keep, width]``
+        at the last ``keep`` positions of the pass (every row must then be fed)."""
         state = self._state
         assert state is not None
         chunk = max(map(len, new))
@@ -458,22 +586,25 @@ class HFCausalLM:
             chunk_att = torch.tensor(att, dtype=torch.long)
             attention = torch.cat([state.attention, chunk_att], dim=1)
             device = self.device
-            out = self.model(
+            logits = self._forward(
+                max(keep, 1),
                 input_ids=torch.tensor(ids, dtype=torch.long, device=device),
                 attention_mask=attention.to(device),
                 position_ids=torch.tensor(pos, dtype=torch.long, device=device),
                 past_key_values=state.cache,
                 use_cache=True,
-            )
+            ).float()
             self.forward_calls += 1
             self.tokens_fed += sum(map(len, new))
-            last = out.logits[:, -1].float()
+            last = logits[:, -1]
             fed = torch.tensor([bool(t) for t in new], device=last.device)
             state.last_logits = torch.where(fed[:, None], last, state.last_logits.to(last.device))
             state.attention = attention
             for i, toks in enumerate(new):
                 state.columns[i].extend([-1] * (chunk - len(toks)) + toks)
                 state.tokens[i].extend(toks)
+            if keep:
+                return logits.clone()
         return state.last_logits.clone()
 
 
@@ -513,22 +644,24 @@ class HFCausalLM:
         dtype = next(self.model.parameters()).dtype
         mask = torch.zeros(sees.shape, dtype=dtype).masked_fill(~sees, torch.finfo(dtype).min)
         positions = list(range(r, r + m)) + [len(ctx) + d for d in depth[done:]]
-        out = self.model(
+        keep = new + (1 if m else 0)  # the last context position's logits and the new nodes'
+        logits = self._forward(
+            keep,
             input_ids=torch.tensor([tail + tokens[done:]], dtype=torch.long, device=device),
             attention_mask=mask[None, None].to(device),
             position_ids=torch.tensor([positions], dtype=torch.long, device=device),
             past_key_values=state.cache,
             use_cache=True,
-        )
+        )[0].float()
         self.forward_calls += 1
         self.tokens_fed += m + new
-        logits = out.logits[0].float()
         if m:
-            state.last_logits = logits[m - 1:m].clone()
+            state.last_logits = logits[:1].clone()
+            logits = logits[1:]
         state.columns[0].extend(tail + [-1] * new)
         state.tokens[0].extend(tail)
         state.attention = torch.cat([state.attention, torch.tensor([[1] * m + [0] * new], dtype=torch.long)], dim=1)
-        nodes = logits[m:].clone()
+        nodes = logits.clone()
         if done:
             nodes = torch.cat([self._tree.logits.to(nodes.device), nodes])
         self._tree = _PendingTree(start, parents, tokens, nodes)

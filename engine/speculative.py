@@ -32,9 +32,10 @@ One sequence at a time. Each round:
    Every draft token is checked on a forked matcher before the target sees it; a draft is
    trimmed at its first invalid token and ends after EOS.
 2. **Verify.** The target scores every prefix ``context + draft[:i]`` (``i = 0..n``; not the
-   prefixes that end before a forced draft, whose logits are never read) in one
-   ``LanguageModel.next_logits`` call (``HFCausalLM`` shares its KV cache across the rows' common
-   prefix). At each position the target's *constrained* distribution ``p`` is the mask of the
+   prefixes that end before a forced draft, whose logits are never read) in one call
+   (``engine.lm.chain_logits``: ``HFCausalLM`` feeds the draft after its cached context as one row
+   and reads the logits at every draft position; another ``LanguageModel`` scores the prefixes as
+   rows of one ``next_logits`` call). At each position the target's *constrained* distribution ``p`` is the mask of the
    state reached along the draft applied to its logits, then ``process_logits``; ``q`` is the
    draft's distribution, computed the same way. Draft token ``x`` is accepted with probability
    ``min(1, p(x)/q(x))``; at the first rejection the token is drawn from
@@ -121,7 +122,7 @@ import torch
 
 from engine.closing import BudgetClosing
 from engine.decoding import FinishReason
-from engine.lm import HFCausalLM, LanguageModel
+from engine.lm import HFCausalLM, LanguageModel, chain_logits, read_output_vocab
 from engine.spec_tree import (
     _MAX_FORCED,
     Draft,
@@ -154,6 +155,7 @@ __all__ = [
     "GoodputController",
     "PromptLookup",
     "SpeculativeOutput",
+    "load_draft_lm",
     "resolve_draft",
     "speculative_decode",
 ]
@@ -565,10 +567,6 @@ def speculative_decode(
             drafted = _draft(draft, context, matcher, min(round_k, remaining - 1), remaining - 1, params, generator,
                              vocab, filter_drafts)
             drafts = drafted.drafts
-            if out.target_calls == 0 and any(not d.forced for d in drafts):
-                # prefill the context alone first: a KV-caching model (HFCausalLM) then extends one
-                # cached row for every verified prefix instead of prefilling each of them in full
-                target_lm.next_logits([context])
             verify_start = time.perf_counter()
             committed, rejected, logits = _verify(target_lm, context, matcher, drafts, width, params, generator, out)
             seen = _chain_verification(context, drafts, logits, committed, rejected) if observe is not None else None
@@ -680,7 +678,7 @@ def _verify(target_lm, context, matcher, drafts, width, params, generator, out):
     a draft was rejected, and the target's logits by position (``i``: after ``context + drafts[:i]``)."""
     # forced drafts are accepted without reading their logits: score only the other positions
     scored = [i for i, d in enumerate(drafts) if not d.forced] + [len(drafts)]
-    rows = target_lm.next_logits([context + [d.token for d in drafts[:i]] for i in scored])
+    rows = chain_logits(target_lm, context, [d.token for d in drafts], scored)
     logits = dict(zip(scored, rows))
     state = matcher.fork()
     committed: list[int] = []
@@ -728,6 +726,15 @@ def _residual(p: torch.Tensor, d: Draft, generator) -> int:
     return sample_categorical(residual, generator)
 
 
+def load_draft_lm(path: str | os.PathLike[str], *, device=None, dtype=None, local_files_only: bool = False) -> HFCausalLM:
+    """A causal draft model from a folder or hub id; a folder with an ``output_vocab.json``
+    (``engine.distill``) gets its reduced output vocabulary (``HFCausalLM(output_ids=...)``)."""
+    local = os.path.isdir(os.path.expanduser(str(path)))
+    output_ids = read_output_vocab(path) if local else None
+    return HFCausalLM.from_pretrained(os.path.expanduser(str(path)) if local else str(path), device=device,
+                                      dtype=dtype, local_files_only=local_files_only or local, output_ids=output_ids)
+
+
 def resolve_draft(spec: Any, *, device=None, dtype=None) -> DraftSource:
     """A draft source from ``generate``'s ``draft_model=``: ``"prompt_lookup"``, ``"forced"``,
     ``"jacobi"`` / ``"lookahead"`` (a fresh ``engine.jacobi.JacobiDraft``), a source instance
@@ -758,7 +765,7 @@ def resolve_draft(spec: Any, *, device=None, dtype=None) -> DraftSource:
         source = os.path.expanduser(str(spec)) if local else str(spec)
         if is_masked_diffusion_checkpoint(source, local_files_only=local):
             return DiffusionDraft.from_pretrained(source, device=device, dtype=dtype)
-        return DraftModel(HFCausalLM.from_pretrained(source, device=device, dtype=dtype, local_files_only=local))
+        return DraftModel(load_draft_lm(source, device=device, dtype=dtype, local_files_only=local))
     try:
         from transformers import PreTrainedModel
     except ImportError:  # pragma: no cover - transformers is a dependency

@@ -440,13 +440,14 @@ def run(args: argparse.Namespace, say: Callable[[str], None] = outputs.log) -> d
 
     from engine import HFCausalLM
     from engine.generate import load_vocabulary
+    from engine.speculative import load_draft_lm
     from grammars import Compiler
 
     if args.threads:
         torch.set_num_threads(args.threads)
     target = HFCausalLM.from_pretrained(str(args.target), local_files_only=True)
     vocab = load_vocabulary(str(args.target), target)
-    draft = HFCausalLM.from_pretrained(str(args.draft), local_files_only=True) if args.draft else None
+    draft = load_draft_lm(args.draft, local_files_only=True) if args.draft else None
     if draft is not None and draft.logits_width != target.logits_width:
         raise ValueError(f"the draft model scores {draft.logits_width} tokens, the target {target.logits_width}")
     diffusion = None

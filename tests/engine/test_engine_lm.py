@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from engine import HFCausalLM, LanguageModel, ScriptedLM
+from engine.lm import OUTPUT_VOCAB_FILE, chain_logits, read_output_vocab
 
 # --- ScriptedLM -------------------------------------------------------------------------------
 
@@ -94,6 +95,87 @@ def test_rollback_crops_the_cache(tiny_gpt2):
     assert torch.allclose(shorter, ref.next_logits([[1, 2]]), atol=1e-5)
     lm.reset()
     assert lm.cached_tokens == 0
+
+
+@pytest.mark.parametrize("arch", ["tiny_gpt2", "tiny_llama"])
+def test_chain_logits_score_every_prefix_in_one_pass(request, arch):
+    """Speculative verification of a chain: the logits after each prefix ``context + tokens[:i]``
+    from one forward pass of one row, equal to scoring every prefix from scratch, through cached
+    contexts, rejected drafts (cropped by the next call), trees and multi-row calls."""
+    model = request.getfixturevalue(arch)
+    lm, fresh = HFCausalLM(model), HFCausalLM(model, use_cache=False)
+    rng = random.Random(7)
+    context = [rng.randrange(lm.logits_width) for _ in range(9)]
+    worst = 0.0
+    for step in range(12):
+        drafts = [rng.randrange(lm.logits_width) for _ in range(rng.randrange(1, 6))]
+        calls = lm.forward_calls
+        rows = chain_logits(lm, context, drafts)
+        assert rows.shape == (len(drafts) + 1, lm.logits_width)
+        assert lm.forward_calls - calls <= 1  # one pass (none when nothing is new)
+        expected = fresh.next_logits([context + drafts[:i] for i in range(len(drafts) + 1)])
+        worst = max(worst, (rows - expected).abs().max().item())
+        picked = chain_logits(lm, context, drafts, positions=[0, len(drafts)])
+        assert torch.allclose(picked, expected[[0, len(drafts)]], atol=1e-4)
+        keep = rng.randrange(len(drafts) + 1)  # accept some drafts, then a corrected token
+        context = context + drafts[:keep] + [rng.randrange(lm.logits_width)]
+        if step % 4 == 3:  # other call shapes in between: a tree, several rows
+            lm.tree_logits(context, [-1, 0, -1], [1, 2, 3])
+            lm.next_logits([context, context[:-2]])
+    assert worst < 1e-4
+    assert lm.tokens_fed < fresh.tokens_fed
+    rows = chain_logits(ScriptedLM(lm.logits_width, lambda prefix: {len(prefix): 1.0}), [1, 2], [3, 4])
+    assert rows.argmax(dim=-1).tolist() == [2, 3, 4]  # the fallback scores the prefixes as rows
+
+
+@pytest.mark.parametrize("arch", ["tiny_gpt2", "tiny_llama"])
+def test_output_ids_restrict_the_output_layer(request, arch):
+    """A reduced-vocabulary draft: the full model's logits on the kept ids, -inf elsewhere, through
+    plain calls, chains and trees."""
+    model = request.getfixturevalue(arch)
+    full = HFCausalLM(model)
+    keep = sorted(random.Random(1).sample(range(full.logits_width), 300) + [50256])
+    small = HFCausalLM(model, output_ids=keep)
+    assert small.logits_width == full.logits_width
+    outside = torch.ones(full.logits_width, dtype=torch.bool)
+    outside[keep] = False
+    context = [5, 6, 7, 8]
+    for a, b in ((small.next_logits([context, context[:2]]), full.next_logits([context, context[:2]])),
+                 (small.chain_logits(context, [9, 10]), full.chain_logits(context, [9, 10])),
+                 (small.tree_logits(context, [-1, -1, 0], [11, 12, 13]), full.tree_logits(context, [-1, -1, 0], [11, 12, 13]))):
+        assert torch.allclose(a[:, keep], b[:, keep], atol=1e-5)
+        assert torch.isneginf(a[:, outside]).all()
+
+
+def test_output_ids_are_checked(tiny_gpt2):
+    with pytest.raises(ValueError, match="empty"):
+        HFCausalLM(tiny_gpt2, output_ids=[])
+    with pytest.raises(ValueError, match="outside"):
+        HFCausalLM(tiny_gpt2, output_ids=[1, 10**6])
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    gemma = Gemma2ForCausalLM(Gemma2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                           num_attention_heads=2, num_key_value_heads=1, head_dim=8))
+    with pytest.raises(ValueError, match="final_logit_softcapping"):
+        HFCausalLM(gemma, output_ids=[1, 2, 3])
+
+
+def test_output_vocabulary_file(tmp_path, tiny_model_dir):
+    from engine.distill import write_output_vocab
+    from engine.speculative import load_draft_lm
+
+    assert read_output_vocab(tmp_path) is None
+    (tmp_path / OUTPUT_VOCAB_FILE).write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not an output vocabulary"):
+        read_output_vocab(tmp_path)
+    folder = tmp_path / "draft"
+    folder.mkdir()
+    for f in tiny_model_dir.iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    assert load_draft_lm(folder)._head is None  # no file: the full output layer
+    write_output_vocab(folder, [3, 1, 50256], source="test")
+    lm = load_draft_lm(folder)
+    assert torch.isfinite(lm.next_logits([[5, 6]])[0]).nonzero().flatten().tolist() == [1, 3, 50256]
 
 
 def test_returned_logits_are_the_callers(tiny_gpt2):

@@ -236,7 +236,8 @@ def test_generate_checks_speculative_options(vocab):
 
 
 def test_hf_target_and_draft_greedy_identical(tiny_gpt2, gpt2_vocab):
-    """Real KV-cached models: the target scores k+1 prefixes per call, the draft one at a time."""
+    """Real KV-cached models: the target scores k+1 prefixes in one pass, the draft one at a time;
+    a draft with a reduced output vocabulary (``output_ids``) proposes only from its subset."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from engine import HFCausalLM
@@ -248,7 +249,8 @@ def test_hf_target_and_draft_greedy_identical(tiny_gpt2, gpt2_vocab):
     options = {"model": target, "tokenizer": gpt2_vocab, "temperature": 0, "max_tokens": 40,
                "regex": r"\[(true|false|null|[0-9]{1,3})(, [a-z]{1,5}){2,4}\]"}
     plain = generate("A list: [true, null, 7, abc]. Another: ", **options)
-    for draft in (DraftModel(HFCausalLM(small)), DraftModel(HFCausalLM(tiny_gpt2)), "prompt_lookup"):
+    reduced = DraftModel(HFCausalLM(small, output_ids=list(range(0, 50257, 3))))  # a third of the vocabulary
+    for draft in (DraftModel(HFCausalLM(small)), DraftModel(HFCausalLM(tiny_gpt2)), "prompt_lookup", reduced):
         fast = generate("A list: [true, null, 7, abc]. Another: ", draft_model=draft, num_speculative_tokens=3,
                         **options)
         assert fast.token_ids == plain.token_ids and fast.finish_reason == plain.finish_reason
