@@ -21,7 +21,7 @@ Command line (the draft the speculative benchmark uses)::
 
     python -m engine.distill --target models/tiny-json --draft models/tiny-json-draft \\
         --vocab ../shared/vocab/ggml-vocab-gpt-2.gguf --data ../shared/jsonschemabench/maskbench \\
-        --out models/tiny-json-draft-distilled --output-vocab 4096 --generate-minutes 12 --minutes 10
+        --out models/tiny-json-draft-distilled --output-vocab 4096 --generate-minutes 15 --minutes 12 --threads 1
 
 Held-out schemas (``engine.tiny``'s split) are never generated on or trained on.
 """

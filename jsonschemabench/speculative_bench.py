@@ -33,8 +33,9 @@ own drafting per node: pool lookups and its own matcher walk), in µs.
 Reported per configuration: tokens committed per target call (accepted drafts + the corrected
 or bonus token; the baseline's figure is tokens per model call, forced runs fast-forwarded),
 acceptance (accepted ÷ verified source drafts, forced tokens aside; unfiltered, the invalid
-tokens count as verified), wall-clock seconds and speedup over the baseline (pooled: Σ baseline
-seconds ÷ Σ seconds, same schemas, same seeds), mean k, schema-valid outputs and, when greedy
+tokens count as verified), wall-clock seconds and speedup over the baseline (pooled seconds per
+generated token, the baseline's ÷ the configuration's, same schemas, same seeds: Σ baseline
+seconds ÷ Σ seconds when the outputs are the same, as greedy ones are), mean k, schema-valid outputs and, when greedy
 (``--temperature 0``, the default), whether the output equals the baseline's token for token
 (it must: the decoder is lossless). Both models reset their KV cache before every generation;
 ``--repeats N`` runs each generation N times and keeps the fastest (a shared machine's noise).
@@ -47,7 +48,10 @@ replay: for ``--batches`` rows (the baseline outputs, cycled) each step fills th
 row at the next ``n + 1`` positions (``n``: the mean verified drafts per call of the best
 configuration), against one mask per row for autoregressive decoding. Single-threaded CPU times.
 
-``python -m jsonschemabench speculative --target models/tiny-json --draft models/tiny-json-draft --schemas 20``
+The draft model is loaded by ``engine.speculative.load_draft_lm``: a folder made by
+``engine.distill`` drafts from its reduced output vocabulary.
+
+``python -m jsonschemabench speculative --target models/tiny-json --draft models/tiny-json-draft-distilled --schemas 20``
 """
 
 from __future__ import annotations
@@ -355,6 +359,7 @@ def summarize(rows: Sequence[Mapping], mask_rows: Sequence[Mapping] = (), meta: 
     """Per configuration, pooled over the schemas every configuration ran on."""
     files = {r["file"] for r in rows if r["config"] == BASELINE}
     base_s = sum(r["seconds"] for r in rows if r["config"] == BASELINE)
+    base_rate = _ratio(base_s, sum(r["tokens"] for r in rows if r["config"] == BASELINE))
     per_config: list[dict] = []
     for label in dict.fromkeys(r["config"] for r in rows):
         sel = [r for r in rows if r["config"] == label and r["file"] in files]
@@ -362,10 +367,14 @@ def summarize(rows: Sequence[Mapping], mask_rows: Sequence[Mapping] = (), meta: 
         seconds = sum(r["seconds"] for r in sel)
         entry: dict[str, Any] = {
             "config": label, "n": len(sel), "tokens": sum(r["tokens"] for r in sel), "target_calls": calls,
-            "seconds": seconds, "speedup": _ratio(base_s, seconds) if label != BASELINE else 1.0,
+            "seconds": seconds,
             "valid": sum(r["validity"] == "valid" for r in sel),
             "stopped": sum(r["finish_reason"] == "stop" for r in sel),
         }
+        # seconds per generated token, the baseline's over this one's: the seconds ratio when the
+        # outputs are the same (greedy); sampled outputs differ in length from run to run
+        rate = _ratio(seconds, entry["tokens"])
+        entry["speedup"] = 1.0 if label == BASELINE else _ratio(base_rate, rate) if base_rate and rate else None
         if label == BASELINE:
             entry["tokens_per_call"] = _ratio(entry["tokens"] + entry["stopped"], calls)  # EOS is a sampled token
         else:
@@ -519,9 +528,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``speculative`` subcommand's options on ``parser``."""
     parser.add_argument("--target", type=Path, default=Path("models/tiny-json"),
                         help="target model folder (python -m engine.tiny); default: %(default)s")
-    parser.add_argument("--draft", type=Path, default=Path("models/tiny-json-draft"),
+    parser.add_argument("--draft", type=Path, default=Path("models/tiny-json-draft-distilled"),
                         help="draft model folder sharing the tokenizer (python -m engine.tiny --layers 1 --hidden 64 "
-                             "--heads 2 --out DIR); default: %(default)s")
+                             "--heads 2 --out DIR, then python -m engine.distill; an output_vocab.json beside it "
+                             "restricts its output layer); default: %(default)s")
     parser.add_argument("--no-draft", action="store_true", help="skip the draft-model configurations")
     parser.add_argument("--diffusion-draft", type=Path, default=None,
                         help="a masked-diffusion checkpoint drafting for the target (e.g. models/tiny-diffusion-json; "
@@ -562,7 +572,8 @@ def main(args: argparse.Namespace) -> int:
         args.draft = None
     elif not (args.draft / "config.json").is_file():
         outputs.log(f"no draft model at {args.draft} (train one with: python -m engine.tiny --layers 1 --hidden 64 "
-                    f"--heads 2 --minutes 4 --out {args.draft} ...), or pass --no-draft")
+                    f"--heads 2 --minutes 4 --out DRAFT ..., then distil it from the target: python -m engine.distill "
+                    f"--target {args.target} --draft DRAFT --out {args.draft} ...), or pass --no-draft")
         return 2
     if min(args.k, args.max_k, args.max_tokens, args.repeats, args.tree_width, args.tree_nodes) < 1:
         outputs.log("--k, --max-k, --max-tokens, --repeats, --tree-width and --tree-nodes must be at least 1")

@@ -38,10 +38,12 @@ def test_summary_pools_seconds_and_counts_source_drafts_only():
     assert summary["schemas"] == 2
     assert by[bench.BASELINE]["speedup"] == 1.0 and by[bench.BASELINE]["tokens_per_call"] == pytest.approx(22 / 20)
     lookup = by["prompt_lookup k=4"]
-    assert lookup["speedup"] == pytest.approx(6.0 / 3.0)  # Σ baseline seconds / Σ seconds
+    assert lookup["speedup"] == pytest.approx(6.0 / 3.0)  # Σ baseline seconds / Σ seconds (same tokens)
     assert lookup["tokens_per_call"] == pytest.approx(22 / 11)
     assert lookup["acceptance"] == pytest.approx((6 - 2) * 2 / ((8 - 2) * 2))  # forced tokens aside
     assert (lookup["valid"], lookup["same_as_baseline"]) == (1, 1)
+    sampled = bench.summarize(rows[:2] + [_row("jacobi k=4", "a", 1.0, tokens=5), _row("jacobi k=4", "b", 1.0, tokens=5)])
+    assert sampled["configs"][1]["speedup"] == pytest.approx((6.0 / 20) / (2.0 / 10))  # seconds per token: half the tokens
     unfiltered = by["prompt_lookup k=4 no-filter"]
     assert unfiltered["acceptance"] == pytest.approx(8 / 16) and unfiltered["invalid_tokens"] == 4
     text = bench.render_markdown(summary)
