@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from engine.lm import OUTPUT_VOCAB_FILE
 
-__all__ = ["frequent_tokens", "write_output_vocab", "target_outputs", "distillation_loss", "main"]
+__all__ = ["distillation_loss", "frequent_tokens", "main", "target_outputs", "write_output_vocab"]
 
 
 def frequent_tokens(encoded: Iterable[tuple[Sequence[int], int]], size: int, *, always: Iterable[int] = ()) -> list[int]:

@@ -43,13 +43,13 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 __all__ = [
+    "OUTPUT_VOCAB_FILE",
     "HFCausalLM",
     "LanguageModel",
-    "ScriptedLM",
-    "check_prefixes",
-    "OUTPUT_VOCAB_FILE",
     "OutputSubset",
+    "ScriptedLM",
     "chain_logits",
+    "check_prefixes",
     "check_tree",
     "read_output_vocab",
     "resolve_device",

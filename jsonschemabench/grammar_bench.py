@@ -39,15 +39,16 @@ import numpy as np
 
 from . import outputs, report
 from .samples import GBNF_SAMPLES, REGEX_SAMPLES, REGEXES
+from .timing import gc_paused
 
 __all__ = [
-    "Workload",
     "Result",
-    "load_workloads",
-    "bench_workload",
-    "render_markdown",
+    "Workload",
     "add_arguments",
+    "bench_workload",
+    "load_workloads",
     "main",
+    "render_markdown",
 ]
 
 DEFAULT_ENGINES = ("corral", "llguidance", "xgrammar")
@@ -296,10 +297,7 @@ def main(args: argparse.Namespace) -> int:
         return 1
 
     results = []
-    gc.collect()
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         for workload in workloads:
             for engine in engines:
                 outputs.log(f"{engine.name:<11} {workload.name} ...")
@@ -311,9 +309,6 @@ def main(args: argparse.Namespace) -> int:
                     result = Result(engine.name, workload.name, error=f"crashed: {type(exc).__name__}: {exc}")
                 results.append(result)
                 gc.collect()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
 
     vocab_width = len(tokenizer.hf)
     header = [

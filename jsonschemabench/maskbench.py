@@ -43,7 +43,6 @@ Percentiles follow MaskBench's ``maskbench_results.py``: the sorted sample at in
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import platform
@@ -57,27 +56,37 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import outputs, report
-from .workers import THREAD_ENV, Executor, Pool, Task, WorkerConfig, WorkerState, default_mem_limit_gib, run_tasks
+from .timing import gc_paused
+from .workers import (
+    THREAD_ENV,
+    Executor,
+    Pool,
+    Task,
+    WorkerConfig,
+    WorkerState,
+    default_mem_limit_gib,
+    run_tasks,
+)
 
 __all__ = [
     "DEFAULT_ENGINES",
     "OUTCOMES",
-    "serialize_instance",
-    "list_cases",
-    "select_sample",
-    "split_of",
-    "run_case",
-    "WorkerConfig",
-    "Task",
-    "WorkerState",
     "Executor",
-    "run_tasks",
     "Pool",
-    "worker_pool",
-    "run_with_progress",
-    "run_maskbench",
+    "Task",
+    "WorkerConfig",
+    "WorkerState",
     "add_arguments",
+    "list_cases",
     "main",
+    "run_case",
+    "run_maskbench",
+    "run_tasks",
+    "run_with_progress",
+    "select_sample",
+    "serialize_instance",
+    "split_of",
+    "worker_pool",
 ]
 
 DEFAULT_ENGINES = ("corral", "llguidance", "xgrammar", "outlines")
@@ -209,9 +218,7 @@ def run_case(engine: Any, tokenizer: Any, payload: dict, progress: Callable[[dic
     }
     clock = time.perf_counter_ns
     engine.reset_caches()
-    gc.collect()
-    gc.disable()
-    try:
+    with gc_paused():
         start = clock()
         try:
             handle = compile_schema(engine, case["schema"], payload.get("corral_options"))
@@ -245,8 +252,6 @@ def run_case(engine: Any, tokenizer: Any, payload: dict, progress: Callable[[dic
                 record["invalid_accepted"] += 1
                 if len(record["failures"]) < MAX_FAILURE_NOTES:
                     record["failures"].append(f"test #{index} (invalid) accepted: {instances[index][:120]}")
-    finally:
-        gc.enable()
 
     record["tbm_us"] = [round(ns / 1e3, 3) for ns in tbm_ns]
     record["advance_us_total"] = round(advance_ns / 1e3, 3)

@@ -70,6 +70,7 @@ from typing import Any
 from . import outputs, report
 from .e2e import PROMPT_TEMPLATE, validate
 from .maskbench import default_shared
+from .timing import gc_paused
 
 __all__ = ["CONFIGS", "Config", "add_arguments", "main", "mask_wait", "render_markdown", "run", "summarize",
            "tree_node_cost"]
@@ -325,7 +326,9 @@ def tree_node_cost(paths: Sequence[tuple[Any, Sequence[int]]], *, depth: int = 4
     ``paths``: ``(compiled grammar, token ids)``. At each of the first ``max_steps`` positions a
     tree of ``depth`` levels follows the output with ``width − 1`` siblings per level
     (``_ReplayTree``); the time is the source's building plus the check, per proposed node, the
-    best of ``repeats`` passes (a shared machine's noise). No model runs. ``None`` without nodes.
+    best of ``repeats`` passes (a shared machine's noise), each with the garbage collector paused
+    (``timing.gc_paused``: the benchmark's heap, not the node, pays for a collection). No model
+    runs. ``None`` without nodes.
     """
     from engine.spec_tree import draft_tree
     from samplers import SamplingParams
@@ -334,16 +337,17 @@ def tree_node_cost(paths: Sequence[tuple[Any, Sequence[int]]], *, depth: int = 4
     best, nodes = None, 0
     for _ in range(repeats):
         seconds, count = 0.0, 0
-        for grammar, tokens in paths:
-            matcher = grammar.matcher()
-            tokens = list(tokens)
-            for at in range(min(max_steps, len(tokens))):
-                source = _ReplayTree(tokens, at, width)
-                drafted = draft_tree(source, [0], matcher, depth, depth + 64, greedy, None, grammar.vocab)
-                seconds += drafted.seconds + drafted.check_s
-                count += drafted.proposed
-                if not matcher.try_advance((tokens[at],)):
-                    break
+        with gc_paused():
+            for grammar, tokens in paths:
+                matcher = grammar.matcher()
+                tokens = list(tokens)
+                for at in range(min(max_steps, len(tokens))):
+                    source = _ReplayTree(tokens, at, width)
+                    drafted = draft_tree(source, [0], matcher, depth, depth + 64, greedy, None, grammar.vocab)
+                    seconds += drafted.seconds + drafted.check_s
+                    count += drafted.proposed
+                    if not matcher.try_advance((tokens[at],)):
+                        break
         if count and (best is None or seconds / count < best):
             best, nodes = seconds / count, count
     return None if best is None else (best, nodes)
