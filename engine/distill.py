@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.lm import OUTPUT_VOCAB_FILE
+from engine.tiny import pad_rows
 
 __all__ = ["distillation_loss", "frequent_tokens", "main", "target_outputs", "write_output_vocab"]
 
@@ -114,20 +115,13 @@ def distillation_loss(teacher: Any, output_ids: Sequence[int]) -> Callable[..., 
 
     def loss(model, rows, *, candidates=None, pad_token_id: int = 0, bf16: bool = False) -> tuple[torch.Tensor, int]:
         device = next(model.parameters()).device
-        longest = max(len(r) for r, _ in rows)
-        batch = torch.full((len(rows), longest), pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), longest), dtype=torch.long)
-        supervised = torch.zeros((len(rows), longest), dtype=torch.bool)
-        for r, (tokens, prompt_len) in enumerate(rows):
-            batch[r, : len(tokens)] = torch.tensor(tokens)
-            attention[r, : len(tokens)] = 1
-            supervised[r, max(prompt_len - 1, 0) : len(tokens) - 1] = True  # positions predicting completion tokens
-        batch, attention, supervised = batch.to(device), attention.to(device), supervised.to(device)
+        batch, attention, completion = pad_rows(rows, pad_token_id, device)
+        predicts = completion[:, 1:]  # the positions whose next token is a completion token
         columns = ids.to(device)
         with torch.no_grad():
-            hidden = teacher.base_model(input_ids=batch, attention_mask=attention).last_hidden_state[supervised]
+            hidden = teacher.base_model(input_ids=batch, attention_mask=attention).last_hidden_state[:, :-1][predicts]
             soft = torch.softmax(_head(teacher, hidden, columns).float(), dim=-1)
-        hidden = model.base_model(input_ids=batch, attention_mask=attention).last_hidden_state[supervised]
+        hidden = model.base_model(input_ids=batch, attention_mask=attention).last_hidden_state[:, :-1][predicts]
         return F.cross_entropy(_head(model, hidden, columns).float(), soft), int(soft.shape[0])
 
     return loss

@@ -54,6 +54,7 @@ __all__ = [
     "load_tokenizer",
     "load_examples",
     "encode_examples",
+    "pad_rows",
     "train",
     "evaluate_validity",
     "held_out_report",
@@ -324,20 +325,26 @@ def train(
     return stats
 
 
+def pad_rows(rows, pad_token_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(ids, prompt_len)`` rows as a right-padded batch: token ids, the attention mask, and the
+    completion mask (``True`` at the completion tokens and EOS, the positions a loss supervises)."""
+    longest = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), longest), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), longest), dtype=torch.long)
+    completion = torch.zeros((len(rows), longest), dtype=torch.bool)
+    for r, (tokens, prompt_len) in enumerate(rows):
+        ids[r, : len(tokens)] = torch.tensor(tokens)
+        attention[r, : len(tokens)] = 1
+        completion[r, prompt_len : len(tokens)] = True
+    return ids.to(device), attention.to(device), completion.to(device)
+
+
 def _causal_loss(model, rows, *, candidates, pad_token_id: int, bf16: bool) -> tuple[torch.Tensor, int]:
     """Next-token cross-entropy on the completion tokens and EOS of ``rows`` (``train``'s default loss)."""
     device = next(model.parameters()).device
     body = model.base_model
     head = model.get_output_embeddings()
-    longest = max(len(ids) for ids, _ in rows)
-    ids = torch.full((len(rows), longest), pad_token_id, dtype=torch.long)
-    attention = torch.zeros((len(rows), longest), dtype=torch.long)
-    supervised = torch.zeros((len(rows), longest), dtype=torch.bool)
-    for r, (tokens, prompt_len) in enumerate(rows):
-        ids[r, : len(tokens)] = torch.tensor(tokens)
-        attention[r, : len(tokens)] = 1
-        supervised[r, prompt_len : len(tokens)] = True  # predict completion tokens and EOS
-    ids, attention, supervised = ids.to(device), attention.to(device), supervised.to(device)
+    ids, attention, supervised = pad_rows(rows, pad_token_id, device)
     hidden = body(input_ids=ids, attention_mask=attention).last_hidden_state
     positions = supervised[:, 1:]
     states = hidden[:, :-1][positions]
