@@ -13,8 +13,8 @@ strings; the corpus does not). This module fixes both, on CPU, in minutes:
    distribution is the softmax over that subset, the ``q`` verification uses, so decoding stays
    exact; only tokens outside the subset can never be drafted.
 2. **Distillation on the target's outputs** (DistillSpec, Zhou et al. 2024): the target generates
-   greedily under each training schema's grammar (the way it decodes in service), and the draft
-   is trained to match the target's next-token distribution over the subset (soft labels: the
+   under each training schema's grammar (greedy, or sampled at temperature 1 for a ``--sampled``
+   fraction of the schemas: the contexts the draft meets in service), and the draft is trained to match the target's next-token distribution over the subset (soft labels: the
    target's logits on those sequences) on those outputs and, mixed in, on the corpus completions.
 
 Command line (the draft the speculative benchmark uses)::
@@ -67,11 +67,13 @@ def write_output_vocab(folder: str | Path, ids: Sequence[int], **about: Any) -> 
 
 
 def target_outputs(target_lm: Any, vocab: Any, examples: Sequence[Any], *, minutes: float, max_tokens: int = 96,
-                   limit: int | None = None, seed: int = 0,
+                   limit: int | None = None, sampled: float = 0.0, seed: int = 0,
                    log: Callable[[str], None] | None = print) -> list[tuple[list[int], int]]:
-    """The target's greedy constrained outputs on the prompts of ``examples`` (one per schema, in
-    random order) until ``minutes`` pass (or ``limit`` outputs): ``(prompt + output [+ EOS],
-    prompt_len)`` rows. A schema that fails to compile or to decode is skipped (counted in the log)."""
+    """The target's constrained outputs on the prompts of ``examples`` (one per schema, in random
+    order) until ``minutes`` pass (or ``limit`` outputs): ``(prompt + output [+ EOS], prompt_len)``
+    rows. Each output is greedy, or with probability ``sampled`` sampled at temperature 1 (the
+    contexts a draft meets when the target samples). A schema that fails to compile or to decode
+    is skipped (counted in the log)."""
     from engine.generate import generate
     from engine.tiny import encode_examples
     from grammars import Compiler
@@ -80,7 +82,8 @@ def target_outputs(target_lm: Any, vocab: Any, examples: Sequence[Any], *, minut
     for ex in examples:
         by_schema.setdefault(ex.source, ex)
     chosen = list(by_schema.values())
-    random.Random(seed).shuffle(chosen)
+    rng = random.Random(seed)
+    rng.shuffle(chosen)
     compiler = Compiler(vocab)
     eos = min(vocab.eos_token_ids)
     rows: list[tuple[list[int], int]] = []
@@ -91,9 +94,11 @@ def target_outputs(target_lm: Any, vocab: Any, examples: Sequence[Any], *, minut
             break
         (prompt_and_instance, prompt_len), = encode_examples([ex], vocab, max_len=10**9)
         prompt = prompt_and_instance[:prompt_len]
+        temperature = 1.0 if rng.random() < sampled else 0.0
         try:
             out = generate(prompt, schema=ex.schema, model=target_lm, tokenizer=vocab, compiler=compiler,
-                           max_tokens=max_tokens, temperature=0, budget_closing=False)
+                           max_tokens=max_tokens, temperature=temperature, seed=rng.randrange(2**31),
+                           budget_closing=False)
         except Exception:  # noqa: BLE001 - a schema the compiler refuses or a limit: skip it, keep going
             skipped += 1
             continue
@@ -149,6 +154,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="tokens in the draft's output layer, the most frequent in the completions (4096; 0 keeps all)")
     p.add_argument("--generate-minutes", type=float, default=12.0, help="time for the target's outputs (12)")
     p.add_argument("--max-outputs", type=int, help="stop generating after this many target outputs")
+    p.add_argument("--sampled", type=float, default=0.5,
+                   help="fraction of the target outputs sampled at temperature 1, the rest greedy (0.5)")
     p.add_argument("--max-tokens", type=int, default=96, help="token budget of each target output (96)")
     p.add_argument("--minutes", type=float, default=10.0, help="training wall-clock budget (10)")
     p.add_argument("--max-steps", type=int, help="stop training after this many steps instead of the time budget")
@@ -184,12 +191,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     covered = sum(t in set(output_ids) for ids, n in corpus for t in ids[n:]) / max(1, sum(len(i) - n for i, n in corpus))
     print(f"output vocabulary: {len(output_ids)} tokens, {covered:.2%} of the corpus completion tokens", flush=True)
     outputs = target_outputs(HFCausalLM(teacher), vocab, train_examples, minutes=args.generate_minutes,
-                             max_tokens=args.max_tokens, limit=args.max_outputs, seed=args.seed)
+                             max_tokens=args.max_tokens, limit=args.max_outputs, sampled=args.sampled, seed=args.seed)
     rng = random.Random(args.seed)
     mixed = outputs + rng.sample(corpus, min(len(corpus), int(len(outputs) * args.corpus_mix)))
     stats = train(student, mixed, minutes=args.minutes, max_steps=args.max_steps, batch_tokens=args.batch_tokens, lr=args.lr,
                   seed=args.seed, sampled_negatives=None, loss_fn=distillation_loss(teacher, output_ids))
-    metrics = {"target": str(args.target), "draft": str(args.draft), "output_vocab": len(output_ids),
+    metrics = {"target": str(args.target), "draft": str(args.draft), "output_vocab": len(output_ids), "sampled": args.sampled,
                "corpus_coverage": covered, "target_outputs": len(outputs), "training_rows": len(mixed),
                "steps": stats.steps, "seconds": stats.seconds,
                "final_loss": sum(stats.losses[-20:]) / max(1, len(stats.losses[-20:]))}

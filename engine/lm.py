@@ -399,6 +399,11 @@ class HFCausalLM:
         return next(self.model.parameters()).device
 
     @property
+    def output_ids(self) -> torch.Tensor | None:
+        """The ids of a reduced output vocabulary (sorted, on the CPU), or ``None`` for the full one."""
+        return None if self._head is None else self._head.ids.cpu()
+
+    @property
     def cached_tokens(self) -> int:
         """Physical columns held by the KV cache (holes included); 0 when empty."""
         return 0 if self._state is None else len(self._state.columns[0])

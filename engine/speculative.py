@@ -136,7 +136,7 @@ from engine.spec_tree import (
     verify_tree,
 )
 from grammars import TokenVocabulary, allocate_token_bitmask
-from grammars.bitmask import unpack_bits
+from grammars.bitmask import bits_at, unpack_bits
 from samplers import (
     NoAllowedToken,
     SamplingParams,
@@ -211,6 +211,7 @@ class DraftModel:
 
     def propose(self, context, matcher, k, params, generator, vocab):
         width, eos = vocab.logits_width, vocab.eos_token_ids
+        subset = getattr(self.lm, "output_ids", None)  # a reduced output vocabulary: work on it alone
         drafts: list[Draft] = []
         ctx = list(context)
         while len(drafts) < k and not matcher.is_terminated():
@@ -223,7 +224,10 @@ class DraftModel:
             logits = _fit(self.lm.next_logits([ctx])[0], width)
             self.calls += 1
             try:
-                draft = self._draw(logits, matcher, width, params, generator)
+                if subset is not None and self.constrained:
+                    draft = self._draw_among(subset, logits, matcher, width, params, generator)
+                else:
+                    draft = self._draw(logits, matcher, width, params, generator)
             except NoAllowedToken:
                 break
             if draft is None:  # stopped early: the draft model is unsure of this token
@@ -263,6 +267,28 @@ class DraftModel:
         matcher.fill_mask(words, 0)
         valid = q * torch.from_numpy(unpack_bits(words[0], width)).to(q.dtype)
         return Draft(token, _kept(valid, h))  # the law of a draft token that passes the check
+
+
+    def _draw_among(self, subset: torch.Tensor, logits, matcher, width, params, generator) -> Draft | None:
+        """``_draw`` under the mask for a draft model whose logits are ``-inf`` outside ``subset``
+        (its output vocabulary, sorted): the same law, with the mask read, the softmax taken and the
+        token drawn over the subset only instead of the full width. ``q`` is scattered back to
+        full width for verification."""
+        h = self.stop_below
+        words = allocate_token_bitmask(1, width)
+        matcher.fill_mask(words, 0)
+        allowed = torch.from_numpy(bits_at(words[0], subset.numpy()))
+        masked = torch.where(allowed, logits[subset].float(), float("-inf"))
+        if params.temperature == 0:
+            best = _greedy(masked)  # the first maximum: ids ascend, as over the full row
+            return None if h and _confidence(masked, best) < h else Draft(int(subset[best]))
+        q_sub = _distribution(masked, params)
+        pick = sample_categorical(q_sub, generator)
+        if h and float(q_sub[pick]) < h:
+            return None
+        q = torch.zeros(width, dtype=q_sub.dtype)
+        q[subset] = _kept(q_sub, h) if h else q_sub
+        return Draft(int(subset[pick]), q)
 
 
 def _confidence(logits: torch.Tensor, token: int) -> float:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["allocate_token_bitmask", "mask_words", "pack_bool", "unpack_bits", "bit_is_set"]
+__all__ = ["allocate_token_bitmask", "mask_words", "pack_bool", "unpack_bits", "bit_is_set", "bits_at"]
 
 
 def _size(value: object, name: str, where: str, least: int) -> int:
@@ -50,6 +50,12 @@ def unpack_bits(words: np.ndarray, logits_width: int) -> np.ndarray:
     """Inverse of ``pack_bool``: a boolean vector of length ``logits_width``."""
     raw = np.ascontiguousarray(words, dtype=np.int32).view(np.uint8)
     return np.unpackbits(raw, bitorder="little")[:logits_width].astype(bool)
+
+
+def bits_at(words: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Whether each bit of ``tokens`` (an int array, in range, unchecked) is set in packed ``words``:
+    a subset of a mask read without unpacking all of it."""
+    return ((words[tokens >> 5].astype(np.int64) >> (tokens & 31)) & 1).astype(bool)
 
 
 def bit_is_set(words: np.ndarray, token: int) -> bool:

@@ -178,6 +178,35 @@ def test_sampled_with_a_disagreeing_draft_model(vocab, compiled):
     assert p > 0.01
 
 
+class ReducedDraft:
+    """A scripted draft model with a reduced output vocabulary (``output_ids``, as ``HFCausalLM``
+    has with ``output_ids=``): logits ``-inf`` outside it, so ``DraftModel`` draws over it alone."""
+
+    def __init__(self, lm, ids):
+        self.lm, self.output_ids = lm, torch.tensor(sorted(ids))
+        self.outside = torch.ones(lm.logits_width, dtype=torch.bool)
+        self.outside[self.output_ids] = False
+
+    @property
+    def logits_width(self):
+        return self.lm.logits_width
+
+    def next_logits(self, prefixes):
+        return self.lm.next_logits(prefixes).masked_fill(self.outside, float("-inf"))
+
+
+@pytest.mark.statistical
+@pytest.mark.slow
+def test_sampled_with_a_reduced_vocabulary_draft(vocab, compiled):
+    """The draft cannot propose "b" or "ab" (outside its vocabulary) nor "x" (masked): the target
+    still gets its exact distribution, top-p included."""
+    draft, _ = scripted(vocab, seed=2)
+    p, drafted, accepted, trimmed = _pvalue(vocab, compiled, DraftModel(ReducedDraft(draft, [A, C, BA, X, EOS])),
+                                          SamplingParams(top_p=0.95), seed=3)
+    assert 0 < accepted < drafted and trimmed == 0
+    assert p > 0.01
+
+
 @pytest.mark.statistical
 @pytest.mark.slow
 def test_sampled_with_invalid_proposals_filtered(vocab, compiled):

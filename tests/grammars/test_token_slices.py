@@ -99,3 +99,16 @@ def test_real_vocabulary_slice_is_most_of_it():
                         (vocab.logits_width + 31) // 32)
     got = token_slice.walk(dfa, body)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_bits_at_reads_a_subset_of_a_packed_mask():
+    import numpy as np
+
+    from grammars.bitmask import bits_at, pack_bool
+
+    rng = np.random.default_rng(3)
+    allowed = rng.random(1000) < 0.3
+    allowed[[31, 63, 999]] = True  # the sign bit of a word
+    words = pack_bool(allowed, 1000)
+    tokens = np.array(sorted(rng.choice(1000, 200, replace=False).tolist() + [31, 63, 999]))
+    assert (bits_at(words, tokens) == allowed[tokens]).all()
