@@ -151,9 +151,8 @@ class DiffusionResult:
     reopened: int = 0  # committed positions masked again so that a witness fill fits the positions
     #: the output prefix and the text are a complete sentence of the constraint, checked by a matcher
     #: (an independent parser) after decoding; None in the modes that promise nothing ("none",
-    #: "greedy"). False only when closing
-    #: the canvas failed (a parser limit during the witness): the text is then cut short, never
-    #: passed off as complete (``generate`` reports ``finish_reason="length"``).
+    #: "greedy"). False only when closing the canvas failed (a parser limit during the witness):
+    #: the text is then cut short, never passed off as complete (``finish_reason`` "length").
     complete: bool | None = None
     #: the bytes of each canvas position's token, b"" after the end (with an ``overflow``, a fill on
     #: the first position of the run it closed and b"" on the rest): what infilling reads fills from

@@ -14,7 +14,8 @@ strings; the corpus does not). This module fixes both, on CPU, in minutes:
    exact; only tokens outside the subset can never be drafted.
 2. **Distillation on the target's outputs** (DistillSpec, Zhou et al. 2024): the target generates
    under each training schema's grammar (greedy, or sampled at temperature 1 for a ``--sampled``
-   fraction of the schemas: the contexts the draft meets in service), and the draft is trained to match the target's next-token distribution over the subset (soft labels: the
+   fraction of the schemas: the contexts the draft meets in service), and the draft is trained
+   to match the target's next-token distribution over the subset (soft labels: the
    target's logits on those sequences) on those outputs and, mixed in, on the corpus completions.
 
 Command line (the draft the speculative benchmark uses)::
@@ -42,12 +43,13 @@ import torch
 import torch.nn.functional as F
 
 from engine.lm import OUTPUT_VOCAB_FILE
-from engine.tiny import pad_rows
+from engine.tiny import column_logits, pad_rows
 
 __all__ = ["distillation_loss", "frequent_tokens", "main", "target_outputs", "write_output_vocab"]
 
 
-def frequent_tokens(encoded: Iterable[tuple[Sequence[int], int]], size: int, *, always: Iterable[int] = ()) -> list[int]:
+def frequent_tokens(encoded: Iterable[tuple[Sequence[int], int]], size: int, *,
+                    always: Iterable[int] = ()) -> list[int]:
     """The ``size`` token ids most frequent in the completions of ``encoded`` (``(ids, prompt_len)``
     rows), ties by id, plus ``always`` (EOS); sorted."""
     if size < 1:
@@ -125,18 +127,12 @@ def distillation_loss(teacher: Any, output_ids: Sequence[int]) -> Callable[..., 
         columns = ids.to(device)
         with torch.no_grad():
             hidden = teacher.base_model(input_ids=batch, attention_mask=attention).last_hidden_state[:, :-1][predicts]
-            soft = torch.softmax(_head(teacher, hidden, columns).float(), dim=-1)
+            soft = torch.softmax(column_logits(teacher.get_output_embeddings(), hidden, columns).float(), dim=-1)
         hidden = model.base_model(input_ids=batch, attention_mask=attention).last_hidden_state[:, :-1][predicts]
-        return F.cross_entropy(_head(model, hidden, columns).float(), soft), int(soft.shape[0])
+        logits = column_logits(model.get_output_embeddings(), hidden, columns).float()
+        return F.cross_entropy(logits, soft), int(soft.shape[0])
 
     return loss
-
-
-def _head(model: Any, hidden: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
-    head = model.get_output_embeddings()
-    bias = getattr(head, "bias", None)
-    logits = hidden @ head.weight[columns].T
-    return logits if bias is None else logits + bias[columns]
 
 
 # --- command line ---------------------------------------------------------------------------
@@ -189,15 +185,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     eos = sorted(vocab.eos_token_ids)
     width = student.get_output_embeddings().weight.shape[0]
     output_ids = frequent_tokens(corpus, args.output_vocab, always=eos) if args.output_vocab else list(range(width))
-    covered = sum(t in set(output_ids) for ids, n in corpus for t in ids[n:]) / max(1, sum(len(i) - n for i, n in corpus))
+    kept = set(output_ids)
+    covered = sum(t in kept for ids, n in corpus for t in ids[n:]) / max(1, sum(len(i) - n for i, n in corpus))
     print(f"output vocabulary: {len(output_ids)} tokens, {covered:.2%} of the corpus completion tokens", flush=True)
     outputs = target_outputs(HFCausalLM(teacher), vocab, train_examples, minutes=args.generate_minutes,
                              max_tokens=args.max_tokens, limit=args.max_outputs, sampled=args.sampled, seed=args.seed)
     rng = random.Random(args.seed)
     mixed = outputs + rng.sample(corpus, min(len(corpus), int(len(outputs) * args.corpus_mix)))
-    stats = train(student, mixed, minutes=args.minutes, max_steps=args.max_steps, batch_tokens=args.batch_tokens, lr=args.lr,
-                  seed=args.seed, sampled_negatives=None, loss_fn=distillation_loss(teacher, output_ids))
-    metrics = {"target": str(args.target), "draft": str(args.draft), "output_vocab": len(output_ids), "sampled": args.sampled,
+    stats = train(student, mixed, minutes=args.minutes, max_steps=args.max_steps, batch_tokens=args.batch_tokens,
+                  lr=args.lr, seed=args.seed, sampled_negatives=None, loss_fn=distillation_loss(teacher, output_ids))
+    metrics = {"target": str(args.target), "draft": str(args.draft), "output_vocab": len(output_ids),
+               "sampled": args.sampled,
                "corpus_coverage": covered, "target_outputs": len(outputs), "training_rows": len(mixed),
                "steps": stats.steps, "seconds": stats.seconds,
                "final_loss": sum(stats.losses[-20:]) / max(1, len(stats.losses[-20:]))}

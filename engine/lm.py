@@ -346,8 +346,8 @@ class HFCausalLM:
     stays exact.
     """
 
-    #: the fewest positions a ``chain_logits`` pass feeds (see there)
-    min_chain_feed: int = 4
+    #: the fewest output-layer rows a pass computes when it needs more than one (see ``_forward``)
+    min_scored_rows: int = 4
 
     def __init__(
         self,
@@ -457,11 +457,9 @@ class HFCausalLM:
         after the cached prefix. The tokens stay in the cache as real tokens; the next call that
         diverges from them crops them (a rejected speculative draft costs no extra pass).
 
-        A pass feeds and scores at least ``min_chain_feed`` positions, re-feeding cached context
-        positions to get there (their logits are dropped): on CPU BLAS (MKL here) a 2- or 3-row
-        product can take longer than a 4-row one (a 50,257-wide output layer: 8.9 and 11.2 ms
-        against 5.7 ms; a target pass verifying 1, 2 and 3 drafts 14.6, 20.8 and 10.2 ms), so a
-        short draft would otherwise cost more to verify than a longer one."""
+        A pass feeds at least ``min_scored_rows`` positions, re-feeding cached context positions to
+        get there, so that ``_forward`` can score that many rows: a target pass verifying 1, 2 and
+        3 drafts took 14.6, 20.8 and 10.2 ms before, about 12 ms each after."""
         ctx = check_prefixes([context], self._width)[0]
         toks = check_token_rows([tokens], self._width, what="chain", call="chain_logits")[0] if len(tokens) else []
         if not toks:
@@ -469,29 +467,35 @@ class HFCausalLM:
         if not self.use_cache:
             return self.next_logits([ctx + toks[:i] for i in range(len(toks) + 1)])
         with torch.no_grad():
-            short = self.min_chain_feed - len(toks) - 1  # context positions to re-feed, at most
+            short = self.min_scored_rows - len(toks) - 1  # context positions to re-feed, at most
             aligned = ctx[: len(ctx) - short] if 0 < short < len(ctx) else ctx
-            retained = self._align([aligned]) if self._state is not None else None
-            state = self._empty(1) if retained is None or self._state is None else self._state
-            r = retained[0] if retained is not None and self._state is not None else 0
+            retained = self._align([aligned]) if self._state is not None else None  # None: cache dropped
+            state, r = (self._empty(1), 0) if retained is None else (self._state, retained[0])
             tail = ctx[r:]
-            first = state.last_logits[:1].clone() if not tail else None  # ctx cached whole: its logits are
-            needed = len(toks) + (1 if tail else 0)
-            rows = self._feed([tail + toks], [r], keep=min(max(needed, self.min_chain_feed), len(tail) + len(toks)))[0]
-            rows = rows[-needed:]
+            first = None if tail else state.last_logits[:1].clone()  # ctx cached whole: its logits are cached
+            rows = self._feed([tail + toks], [r], keep=len(toks) + (1 if tail else 0))[0]
             return rows if first is None else torch.cat([first.to(rows.device), rows])
 
     # --- internals -------------------------------------------------------------------------
 
     def _forward(self, keep: int, **inputs: Any) -> torch.Tensor:
         """The model's logits ``[rows, positions, width]`` at the last ``keep`` positions of a
-        forward pass over ``inputs`` (``keep=0``: all), only those computed where the model allows."""
+        forward pass over ``inputs`` (``keep=0``: all), only those computed where the model allows.
+
+        Asked for 2 or 3 positions, it scores up to ``min_scored_rows`` (as many as the pass has)
+        and drops the extra rows: on CPU BLAS (MKL here) a 2- or 3-row product through a large
+        output layer takes longer than a 4-row one (50,257 wide: 8.9 and 11.2 ms against 5.7 ms),
+        so a short speculative draft would cost more to verify than a longer one."""
+        scored = keep
+        if 1 < keep < self.min_scored_rows:
+            scored = min(self.min_scored_rows, int(inputs["input_ids"].shape[1]))
         if self._head is not None:
             hidden = self.model.base_model(**inputs).last_hidden_state
-            return self._head(hidden[:, -keep:] if keep else hidden)
-        if self._keeps_logits:
-            return self.model(**inputs, logits_to_keep=keep).logits
-        logits = self.model(**inputs).logits  # pragma: no cover - models without logits_to_keep
+            logits = self._head(hidden[:, -scored:] if scored else hidden)
+        elif self._keeps_logits:
+            logits = self.model(**inputs, logits_to_keep=scored).logits
+        else:  # pragma: no cover - models without logits_to_keep
+            logits = self.model(**inputs).logits
         return logits[:, -keep:] if keep else logits
 
     def _forward_plain(self, row: list[int]) -> torch.Tensor:

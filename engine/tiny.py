@@ -55,6 +55,7 @@ __all__ = [
     "load_examples",
     "encode_examples",
     "pad_rows",
+    "column_logits",
     "train",
     "evaluate_validity",
     "held_out_report",
@@ -353,18 +354,23 @@ def _causal_loss(model, rows, *, candidates, pad_token_id: int, bf16: bool) -> t
     return F.cross_entropy(logits.float(), targets), int(targets.numel())
 
 
+def column_logits(head, states: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """The logits of output layer ``head`` (a ``Linear``, bias allowed) for ``states``, at the token
+    ``columns`` only: a sampled softmax, or a reduced output vocabulary."""
+    bias = getattr(head, "bias", None)
+    logits = states @ head.weight[columns].T
+    return logits if bias is None else logits + bias[columns]
+
+
 def _head_logits(head, states, targets, candidates, bf16: bool):
     """Logits of ``head`` (a ``Linear``, bias allowed) for ``states``, over the sampled-softmax columns of
     ``candidates`` when given (``targets`` then renumbered to those columns); bfloat16 autocast if ``bf16``."""
-    bias = getattr(head, "bias", None)
     with torch.autocast(device_type=states.device.type, dtype=torch.bfloat16, enabled=bf16):
         if candidates is None:
             logits = head(states)
         else:
             columns, correction = candidates.sample()
-            logits = states @ head.weight[columns].T
-            if bias is not None:
-                logits = logits + bias[columns]
+            logits = column_logits(head, states, columns)
             if correction is not None:
                 logits = logits + correction
             targets = candidates.index[targets]
