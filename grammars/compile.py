@@ -57,7 +57,7 @@ from grammars.automata.byte_dfa import (
     ByteDFA,
     _language_key,
     byte_classes,
-    compile_regular,
+    shared_regular,
 )
 from grammars.automata.cfg import Production, TerminalCFG, lower_grammar
 from grammars.automata.holes import HoleGrammar, solve
@@ -69,7 +69,6 @@ from grammars.masks.runtime import GrammarRuntime
 from grammars.masks.token_dfa import TokenDFA
 from grammars.masks.token_walk import WalkCache
 from grammars.matcher import Matcher
-from grammars.memo import shared_automata
 from grammars.vocab.gguf import default_cache_root
 from grammars.vocab.trie import TokenTrie
 from grammars.vocab.vocabulary import TokenVocabulary
@@ -371,14 +370,7 @@ class Compiler:
     def _compile_dfa(self, expr):
         """The byte DFA of a regular expression, from the process-wide automata table when any
         compiler built it under the same ``Limits`` (``grammars.memo``)."""
-        dfa = self._known_dfa(expr)
-        if dfa is None:
-            dfa = compile_regular(expr, self.limits, self._compile_dfa, self._known_dfa)
-            shared_automata().put(("regular", expr, self.limits), dfa)
-        return dfa
-
-    def _known_dfa(self, expr):
-        return shared_automata().get(("regular", expr, self.limits))
+        return shared_regular(expr, self.limits)
 
     def _build(self, grammar: Grammar) -> CompiledGrammar:
         with _nesting_guard():

@@ -26,7 +26,7 @@ import hashlib
 from bisect import bisect_left
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 from numba import njit
@@ -34,6 +34,7 @@ from numba import njit
 from ..errors import LimitExceeded, UnsupportedGrammarError
 from ..ir import Alt, Chars, Expr, Literal, Ref, Repeat, Seq
 from ..limits import Limits
+from ..memo import shared_automata
 from .frames import Frame, run_frames
 from .subset import subset_construction
 from .utf8 import utf8_ranges
@@ -43,6 +44,8 @@ __all__ = [
     "ByteDFA",
     "byte_classes",
     "compile_regular",
+    "compile_graph",
+    "shared_regular",
     "nonempty",
     "union",
     "concat",
@@ -194,6 +197,9 @@ class ByteDFA:
 
 
 _EMPTY_TABLE = np.zeros((0, 256), dtype=np.int32)
+#: instance-dictionary flag ``_finish`` sets on the DFAs it builds: minimal and canonical already
+#: (the constructor accepts any table; a pickled copy loses the flag and is minimised again)
+_MINIMAL = "_minimal"
 
 
 def _empty_dfa() -> ByteDFA:
@@ -916,6 +922,7 @@ def _finish(table: np.ndarray, accepting: np.ndarray, start: int, byte_to_class:
     dfa = ByteDFA(full, acc, 0)
     # fill the cached ``key`` from the classes at hand (cheaper than classifying 256 columns)
     dfa.__dict__["key"] = _language_key(0, classes, class_of_byte, acc)
+    dfa.__dict__[_MINIMAL] = True
     return dfa
 
 
@@ -943,6 +950,50 @@ def compile_regular(expr: Expr, limits: Limits = Limits(), sub: Callable[[Expr],
     if sub is not None:
         _shared_pieces_first(expr, sub, known)
     return run_frames(_compile(expr, limits, sub, known))
+
+
+def shared_regular(expr: Expr, limits: Limits | None = None) -> ByteDFA:
+    """``compile_regular`` through the process-wide automata table (``grammars.memo``): the DFA
+    of an expression any compiler or front end built before under the same ``limits`` is
+    returned as it is, and the repetitions and pieces inside a new one come from the table too.
+    """
+    limits = limits or Limits()
+    key = ("regular", expr, limits)
+    dfa = shared_automata().get(key)
+    if dfa is None:
+        dfa = compile_regular(expr, limits, lambda e: shared_regular(e, limits), lambda e: known_regular(e, limits))
+        shared_automata().put(key, dfa)
+    return dfa
+
+
+def known_regular(expr: Expr, limits: Limits | None = None) -> ByteDFA | None:
+    """The DFA ``shared_regular`` holds for ``expr`` under ``limits``, or None."""
+    return shared_automata().get(("regular", expr, limits or Limits()))
+
+
+def compile_graph(n_states: int, arcs: Iterable[tuple[int, Expr, int]], accepting: Iterable[int],
+                  limits: Limits | None = None, start: int = 0) -> ByteDFA:
+    """The minimal byte DFA of a regular language given as a graph: states ``0..n_states-1``,
+    ``arcs`` ``(source, expression, target)`` whose expressions are regular IR (no ``Ref``), the
+    language the paths from ``start`` to an ``accepting`` state spell.
+
+    An automaton over other symbols (a code-point DFA whose transitions are character classes)
+    is compiled this way with each symbol's byte encodings on its arcs: one NFA, one subset
+    construction, one minimisation, where writing it as an expression would need state
+    elimination, which can grow the expression exponentially.
+    """
+    limits = limits or Limits()
+    nfa = _NFA(limits)
+    nodes = [nfa.new() for _ in range(n_states)]
+    final = nfa.new()
+    for source, expr, target in arcs:
+        first, last = nfa.build(expr, True)
+        nfa.eps[nodes[source]].append(first)
+        nfa.eps[last].append(nodes[target])
+    for state in accepting:
+        nfa.eps[nodes[state]].append(final)
+    table, accepting_out, b2c = _determinize(nfa, nodes[start], final, limits.max_dfa_states)
+    return _finish(table, accepting_out, 0, b2c)
 
 
 def _compile(expr: Expr, limits: Limits, sub: Callable[[Expr], ByteDFA] | None,
@@ -1261,8 +1312,11 @@ def minimize(dfa: ByteDFA) -> ByteDFA:
 
     For tables built directly (e.g. a residue counter) rather than by ``compile_regular``: the
     ``ByteDFA`` constructor checks shapes only, so such a table may have dead or equivalent states.
+    A DFA this module's minimisation produced is returned as it is: a front end embeds its
+    products (a string with patterns and length bounds, 10^4-10^5 states) in the IR, and one
+    that stands alone as a terminal would otherwise be minimised again.
     """
-    if dfa.is_empty_language:
+    if dfa.is_empty_language or dfa.__dict__.get(_MINIMAL, False):
         return dfa
     cls, b2c = byte_classes(dfa.table)
     return _finish(np.asarray(cls), np.asarray(dfa.accepting, dtype=bool), dfa.start, b2c)

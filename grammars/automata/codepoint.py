@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from grammars.automata.byte_dfa import ByteDFA, compile_regular
+from grammars.automata.byte_dfa import ByteDFA, _reduce, compile_regular
 from grammars.errors import LimitExceeded
 from grammars.ir import Chars, Expr
 
@@ -210,7 +210,10 @@ class CodePointDFA:
         return out if visit(0, "") else None
 
     def product(self, other: "CodePointDFA", mode: str) -> "CodePointDFA":
-        """``and`` (both accept) or ``diff`` (self accepts, other does not)."""
+        """``and`` (both accept), ``diff`` (self accepts, other does not) or ``or`` (either
+        accepts). A side that has died is state -1: it accepts nothing and stays dead."""
+        if mode not in ("and", "diff", "or"):
+            raise ValueError(f"unknown product mode {mode!r}")
         index: dict[tuple[int, int], int] = {(0, 0): 0}
         pairs = [(0, 0)]
         trans: list[list[tuple[int, int, int]]] = []
@@ -221,12 +224,12 @@ class CodePointDFA:
             i += 1
             if len(pairs) > MAX_DFA_STATES:
                 raise LimitExceeded("code_point_dfa_states", MAX_DFA_STATES, "key language too large")
-            a_acc = self.accept[p]
+            a_acc = p >= 0 and self.accept[p]
             b_acc = q >= 0 and other.accept[q]
-            accept.append(a_acc and b_acc if mode == "and" else a_acc and not b_acc)
+            accept.append(a_acc and b_acc if mode == "and" else a_acc and not b_acc if mode == "diff" else a_acc or b_acc)
             row: list[tuple[int, int, int]] = []
-            for lo, hi, p2, q2 in _merge_rows(self.trans[p], other.trans[q] if q >= 0 else []):
-                if p2 < 0 or (mode == "and" and q2 < 0):
+            for lo, hi, p2, q2 in _merge_rows(self.trans[p] if p >= 0 else [], other.trans[q] if q >= 0 else []):
+                if (p2 < 0 and mode != "or") or (mode == "and" and q2 < 0):
                     continue
                 key = (p2, q2)
                 if key not in index:
@@ -237,55 +240,34 @@ class CodePointDFA:
         return CodePointDFA(trans, accept).minimized()
 
     def minimized(self) -> "CodePointDFA":
-        """Trimmed (every state can accept) and minimal, start state 0; may be empty."""
+        """Trimmed (every state can accept) and minimal, start state 0; may be empty.
+
+        The interval rows become a table over the intervals every row's bounds cut the code
+        points into, minimised and numbered breadth-first (over intervals in code-point order)
+        by the byte DFAs' compiled kernel, and read back as coalesced interval rows."""
         n = len(self.trans)
-        rev: list[set[int]] = [set() for _ in range(n)]
+        bounds = sorted({x for row in self.trans for lo, hi, _ in row for x in (lo, hi + 1)})
+        if n == 0 or len(bounds) < 2:
+            return CodePointDFA([[]], [False]) if not (n and self.accept[0]) else CodePointDFA([[]], [True])
+        k = len(bounds) - 1
+        table = np.full((n, k), -1, dtype=np.int32)
         for s, row in enumerate(self.trans):
-            for _, _, t in row:
-                rev[t].add(s)
-        live = {s for s in range(n) if self.accept[s]}
-        stack = list(live)
-        while stack:
-            for p in rev[stack.pop()]:
-                if p not in live:
-                    live.add(p)
-                    stack.append(p)
-        if 0 not in live:
+            for lo, hi, t in row:
+                table[s, bisect_left(bounds, lo):bisect_left(bounds, hi + 1)] = t
+        out, accept = _reduce(table, np.asarray(self.accept, dtype=np.bool_), 0, np.arange(k, dtype=np.int64))
+        if out.shape[0] == 0:
             return CodePointDFA([[]], [False])
-        rows = {s: [(lo, hi, t) for lo, hi, t in self.trans[s] if t in live] for s in live}
-        block = {s: int(self.accept[s]) for s in live}
-        while True:
-            sigs: dict = {}
-            new = {}
-            for s in sorted(live):
-                sig = (block[s], _coalesce(tuple((lo, hi, block[t]) for lo, hi, t in rows[s])))
-                new[s] = sigs.setdefault(sig, len(sigs))
-            if len(sigs) == len(set(block.values())):
-                block = new
-                break
-            block = new
-        order: dict[int, int] = {}
-        queue = [block[0]]
-        order[block[0]] = 0
-        rep = {}
-        for s in live:
-            rep.setdefault(block[s], s)
+        starts = np.asarray(bounds[:-1], dtype=np.int64)
+        ends = np.asarray(bounds[1:], dtype=np.int64) - 1
         trans: list = []
-        accept: list = []
-        k = 0
-        while k < len(queue):
-            b = queue[k]
-            k += 1
-            s = rep[b]
-            row = []
-            for lo, hi, t in _coalesce(tuple((lo, hi, block[t]) for lo, hi, t in rows[s])):
-                if t not in order:
-                    order[t] = len(queue)
-                    queue.append(t)
-                row.append((lo, hi, order[t]))
-            trans.append(row)
-            accept.append(self.accept[s])
-        return CodePointDFA(trans, accept)
+        for row in out:
+            # runs of one target over adjacent intervals (intervals are adjacent by construction)
+            cut = np.flatnonzero(np.diff(row)) + 1
+            first = np.concatenate(([0], cut))
+            last = np.concatenate((cut, [k])) - 1
+            live = row[first] >= 0
+            trans.append(list(zip(starts[first[live]].tolist(), ends[last[live]].tolist(), row[first[live]].tolist())))
+        return CodePointDFA(trans, accept.tolist())
 
     @property
     def is_empty(self) -> bool:

@@ -201,10 +201,28 @@ class _RegexParser:
             branches.append((yield self._branch(self.flags, top=True)))
         if not self.cur.at_end():
             raise self.cur.error("unbalanced parenthesis")
-        return alt(self._top_branch(items, search) for items in branches)
+        tops = [self._top_branch(items) for items in branches]
+        if not search:
+            return alt(body for _, _, body in tops)
+        # branches anchored alike share one padding: ``^a|b|c$`` searches as ``a.* | .*b.* | .*c``,
+        # and ``x|y|z`` as ``.*(x|y|z).*``, not as a copy of ``.*`` per branch, each of which the
+        # subset construction would follow at once
+        groups: dict[tuple[bool, bool], list[Expr]] = {}
+        for start_anchored, end_anchored, body in tops:
+            groups.setdefault((start_anchored, end_anchored), []).append(body)
+        anything = repeat(ANY_CHAR)
+        padded = []
+        for (start_anchored, end_anchored), bodies in groups.items():
+            body = alt(bodies)
+            if EMPTY in bodies and not (start_anchored and end_anchored):
+                padded.append(anything)  # one star, not two: avoids a needlessly ambiguous ANY* ANY*
+            else:
+                padded.append(seq([_unless(start_anchored, anything), body, _unless(end_anchored, anything)]))
+        return alt(padded)
 
-    def _top_branch(self, items: list[_Item], search: bool) -> Expr:
-        """Strip edge anchors (no-ops under full match), reject inner ones, wrap for search."""
+    def _top_branch(self, items: list[_Item]) -> tuple[bool, bool, Expr]:
+        """Strip edge anchors (no-ops under full match; the search padding they remove) and
+        reject inner ones: (anchored at the start, anchored at the end, the branch's body)."""
         start_anchored = end_anchored = False
         while items and isinstance(items[0], _Anchor) and items[0].kind == "^":
             items, start_anchored = items[1:], True
@@ -213,13 +231,7 @@ class _RegexParser:
         for item in items:
             if isinstance(item, _Anchor):
                 raise self.cur.unsupported(f"anchor {item.kind!r} in the middle of the pattern", item.offset)
-        body = _join(items)  # type: ignore[arg-type]
-        if not search:
-            return body
-        anything = repeat(ANY_CHAR)
-        if body == EMPTY and not (start_anchored and end_anchored):
-            return anything  # one star, not two: avoids a needlessly ambiguous ANY* ANY*
-        return seq([_unless(start_anchored, anything), body, _unless(end_anchored, anything)])
+        return start_anchored, end_anchored, _join(items)  # type: ignore[arg-type]
 
     def _alternation(self, flags: frozenset[str]) -> Frame:  # -> Expr
         branches = [(yield self._branch(flags, top=False))]

@@ -25,17 +25,20 @@ conditions (``apply_unevaluated``); ``contains`` sources make matching items eva
 
 Languages. Patterns (JSON Schema ``pattern`` semantics: matches anywhere) become code-point
 DFAs with interval transitions; keys allowed in a ``patternProperties`` region ("matches these
-patterns, not those, and is not a declared name") are a product of such DFAs, written back as an
-anchored regular expression and handed to the scalars module's ``string_schema``, which owns
-JSON string escaping. The same path serves strings under ``not: {pattern}`` and two patterns in
-one conjunction.
+patterns, not those, and is not a declared name") are a product of such DFAs, encoded as JSON
+string bodies by the strings module (which owns escaping) and handed to the scalars module's
+``string_schema`` as the pattern. The same path serves strings under ``not: {pattern}`` and two
+patterns in one conjunction; the string leaves of a disjunction over patterns are united there
+too (``merge_string_leaves``).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from grammars.automata.byte_dfa import ByteDFA
 from grammars.automata.codepoint import CodePointDFA
 from grammars.errors import (
     GrammarError,
@@ -58,6 +61,7 @@ from grammars.frontends.json_schema.conjunction import (
     synthetic,
 )
 from grammars.frontends.json_schema.document import Located, count_keyword, escape_token
+from grammars.frontends.json_schema.strings import encode_value_automaton, string_token
 from grammars.frontends.json_schema.validation import check_negation
 from grammars.frontends.json_schema.values import canonical, json_type
 from grammars.ir import NOTHING, Expr
@@ -68,7 +72,7 @@ __all__ = [
     "apply_unevaluated_properties", "apply_unevaluated_items",
     "negate", "evaluate", "overlapping_pairs", "apply_negations", "provably_disjoint", "pattern_search",
     "pattern_strings",
-    "add_pattern", "restricted_string", "key_regions", "member_parts",
+    "add_pattern", "restricted_string", "merge_string_leaves", "key_regions", "member_parts",
 ]
 
 ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
@@ -77,6 +81,7 @@ FORBIDDEN: dict = {"not": {}}  # a schema no value satisfies, valid in every dra
 MAX_NEGATED_ONE_OF = 6
 #: patternProperties regions are 2**patterns; more patterns than this in one object is unsupported
 MAX_KEY_PATTERNS = 6
+_STRING_ONLY = frozenset({"string"})
 
 
 def _schema_list(value: Any, keyword: str, where: str) -> list:
@@ -101,7 +106,46 @@ def apply_any_of(c: SchemaContext, conj: Conjunction, part: Located, value: Any)
     subs = _schema_list(value, "anyOf", part.where)
     if any(_is_true(s) for s in subs):
         return
-    _disjunction(conj, "anyOf", part.where, [(c.document.child(part, s, "anyOf", str(i)),) for i, s in enumerate(subs)])
+    branches = [c.document.child(part, s, "anyOf", str(i)) for i, s in enumerate(subs)]
+    if not _apply_enum_union(c, conj, branches):
+        _disjunction(conj, "anyOf", part.where, [(b,) for b in branches])
+
+
+def _apply_enum_union(c: SchemaContext, conj: Conjunction, branches: list[Located]) -> bool:
+    """An ``anyOf`` whose every branch is an ``enum`` or ``const`` and nothing else (annotations
+    and unknown keywords aside) admits exactly the union of their values: applied as that one
+    enum, not as a disjunction whose leaves each copy the rest of the conjunction (an object's
+    ``anyOf`` of 240 one-value enums met by 240 patterns made 57,600 leaves). Returns whether it
+    applied; the branches are applied as usual (to a scratch conjunction), so what they report
+    (ignored keywords, malformed values) is reported the same."""
+    key = branches[0].pointer if branches else ""
+    if key not in c.enum_unions:  # an object's member schema is applied once per leaf of the object
+        c.enum_unions[key] = _enum_union(c, branches)
+    values = c.enum_unions[key]
+    if values is None:
+        return False
+    if conj.enum is None:
+        conj.enum_source = ("anyOf", branches[0].where.rsplit("/", 1)[0])
+    conj.restrict_enum(values)
+    return True
+
+
+def _enum_union(c: SchemaContext, branches: list[Located]) -> list | None:
+    """The values of ``branches`` when each is only an enum or const (see ``_apply_enum_union``)."""
+    if len(branches) < 2 or not all(
+        isinstance(b.node, dict) and ("enum" in b.node or "const" in b.node)
+        and all(k in ("enum", "const") or k in IGNORED_KEYWORDS or c.is_unknown(k) for k in b.node)
+        for b in branches
+    ):
+        return None
+    values: list = []
+    for branch in branches:
+        scratch = Conjunction()
+        c.apply(scratch, branch)
+        if not scratch.enum_only:
+            return None
+        values += scratch.enum  # type: ignore[operator]  # enum_only: a list
+    return values
 
 
 def apply_one_of(c: SchemaContext, conj: Conjunction, part: Located, value: Any) -> None:
@@ -623,7 +667,11 @@ def evaluate(c: SchemaContext, part: Located, value: Any, enum_known: bool = Fal
     if enum_known and ("enum" in plain or "const" in plain):
         plain = {k: v for k, v in plain.items() if k not in ("enum", "const")}
         pointer += "!enum-known"
-    if plain:
+    searched = _pattern_only(c, plain)
+    if searched is not None:  # what ``jsonschema`` does for it, without building a validator run
+        if isinstance(value, str) and searched.search(value) is None:
+            return False
+    elif plain:
         try:
             if not c.validator(pointer, plain).is_valid(value):
                 return False
@@ -644,6 +692,20 @@ def evaluate(c: SchemaContext, part: Located, value: Any, enum_known: bool = Fal
             return False
         # corral:unevaluated*: implied by the real schema holding the keyword, itself an atom
     return True
+
+
+def _pattern_only(c: SchemaContext, node: dict) -> re.Pattern | None:
+    """``node``'s ``pattern`` compiled as ``jsonschema`` compiles it (Python's ``re``), when it is
+    the only keyword a validator would check (annotations and unknown keywords aside); else None.
+    Filtering an enum of hundreds of values by hundreds of such schemas (one per leaf) spent
+    seconds in validator set-up around one ``re.search`` each."""
+    if "pattern" not in node or not isinstance(node["pattern"], str) or \
+            not all(k == "pattern" or k in IGNORED_KEYWORDS or c.is_unknown(k) for k in node):
+        return None
+    try:
+        return re.compile(node["pattern"])
+    except (re.error, OverflowError, RecursionError):
+        return None  # the validator's path reports it
 
 
 def _canonical_set(c: SchemaContext, values: list) -> frozenset:
@@ -837,16 +899,24 @@ def _string_language(c: SchemaContext, keywords: dict, include: list, exclude: l
 
     Intersections are taken on the byte automata of the scalars module's own tokens (every
     encoding of a value is kept); a complement is taken on code points, where it is exact, and
-    written back as one anchored pattern. ``keyword`` names what a too-large product refuses.
+    its language encoded as string bodies directly (``strings.encode_value_automaton``), which
+    ``string_schema`` meets as the pattern. ``keyword`` names what a too-large product refuses.
     """
-    from grammars.automata.byte_dfa import compile_regular, intersect
+    from grammars.automata.byte_dfa import intersect, shared_regular
 
     names = sorted(set(names))
     if not include and not exclude and not keywords:
         return scalars.string_not_in(names)
     if exclude:
-        pattern = _language_pattern(c, include, exclude, names, where, keyword)
-        return NOTHING if pattern is None else c.string_schema({**keywords, "pattern": pattern}, where)
+        try:
+            language = _value_language(c, _language_ops(include, exclude, names))
+            if language.is_empty:
+                return NOTHING
+            body = encode_value_automaton(language.trans, language.accept, getattr(c.options, "string_escapes", "all"),
+                                          c.layout.limits)
+        except LimitExceeded as exc:
+            raise UnsupportedSchemaError(keyword, where, _reason(exc)) from None
+        return c.string_schema({**keywords, "pattern": body}, where)
     first = {**keywords, **({"pattern": include[0][0]} if include else {})}
     pieces = [c.string_schema(first, where, pattern_at=include[0][1] if include else None)]
     pieces += [c.string_schema({"pattern": p}, where, pattern_at=site) for p, site in include[1:]]
@@ -858,13 +928,113 @@ def _string_language(c: SchemaContext, keywords: dict, include: list, exclude: l
         limits = c.layout.limits
         # smallest first: the keywords' piece (length bounds multiply a pattern's states) is
         # usually the largest, and meeting it last keeps the intermediate products small
-        automata = sorted((compile_regular(piece, limits) for piece in pieces), key=lambda d: d.n_states)
+        # shared: the leaves of an ``anyOf`` over patterns meet the same keywords' piece
+        automata = sorted((shared_regular(piece, limits) for piece in pieces), key=lambda d: d.n_states)
         dfa = automata[0]
         for other in automata[1:]:
             dfa = intersect(dfa, other, limits)
     except LimitExceeded as exc:
         raise UnsupportedSchemaError(keyword, where, f"intersection of string languages too large: {exc}") from None
     return NOTHING if dfa.is_empty_language else dfa  # a ByteDFA embedded in the IR, as the scalars module does
+
+
+#: string keywords a group of string leaves may share for ``merge_string_leaves``: bounds that
+#: intersect with a pattern's language (``format`` and the content keywords are left per leaf)
+_MERGEABLE_STRING_KEYWORDS = frozenset({"minLength", "maxLength"})
+
+
+def merge_string_leaves(c: SchemaContext, leaves: list[Conjunction]) -> list:
+    """``leaves`` with the string-only ones that differ only in patterns and excluded values
+    merged: each such group becomes one string expression, at its first leaf's place; the other
+    leaves are returned as they are.
+
+    ``anyOf`` and ``not`` over patterns distribute into one leaf per combination, each the
+    shared keywords (length bounds) and its own patterns. Built one by one, every leaf
+    multiplies its patterns' automaton by the length bounds, and the lowering then unites the
+    products. ``Str(K) & L1 | ... | Str(K) & Ln`` is ``Str(K) & (L1 | ... | Ln)``: the leaves'
+    languages are united on code points (small automata), encoded once
+    (``strings.encode_value_automaton``) and met with the bounds once. A group whose patterns
+    the code-point automata refuse, or whose union is too large, keeps its leaves, built one by
+    one as before.
+    """
+    groups: dict[tuple, list[int]] = {}
+    for i, leaf in enumerate(leaves):
+        if leaf.enum is None and not leaf.is_empty and leaf.types == _STRING_ONLY \
+                and set(leaf.string) - {"pattern"} <= _MERGEABLE_STRING_KEYWORDS \
+                and all(type(v) is int for k, v in leaf.string.items() if k != "pattern"):
+            key = tuple(sorted((k, v) for k, v in leaf.string.items() if k != "pattern"))
+            groups.setdefault(key, []).append(i)
+    out: list = list(leaves)
+    for key, members in groups.items():
+        if len(members) < 2:
+            continue
+        for i in members:
+            c.check_deferred(leaves[i])  # what building each leaf would raise, raised the same
+        try:
+            union = _leaves_union(c, [leaves[i] for i in members])
+            body = None if union is None else encode_value_automaton(
+                union.trans, union.accept, getattr(c.options, "string_escapes", "all"), c.layout.limits)
+        except (LimitExceeded, UnsupportedSchemaError):
+            continue
+        first = leaves[members[0]]
+        merged = _bounded_union(c, dict(key), first.string_where, body)
+        if merged is None:
+            continue
+        out[members[0]] = merged
+        for i in members[1:]:
+            out[i] = None
+    return [x for x in out if x is not None]
+
+
+def _bounded_union(c: SchemaContext, keywords: dict, where: str, body: ByteDFA | None) -> Expr | None:
+    """String tokens under the length ``keywords`` whose body is in ``body`` (every body when
+    None), or None where the leaves one by one are the exact way: the bounds alone would be
+    narrowed (a ``maxLength`` past the automaton budget, which a pattern in a leaf may make
+    unnecessary) or the product is too large."""
+    from grammars.automata.byte_dfa import intersect, shared_regular
+
+    if body is not None and body.is_empty_language:
+        return NOTHING
+    narrowed: list[str] = []
+    try:
+        bounded = scalars.string_schema(keywords, where, c.options, narrowed=narrowed.append, limits=c.layout.limits)
+        if narrowed:
+            return None
+        if body is None:
+            return bounded
+        limits = c.layout.limits
+        dfa = intersect(shared_regular(bounded, limits), shared_regular(string_token(body), limits), limits)
+    except (LimitExceeded, UnsupportedSchemaError):
+        return None
+    return NOTHING if dfa.is_empty_language else dfa  # a ByteDFA embedded in the IR, as the scalars module does
+
+
+def _leaves_union(c: SchemaContext, leaves: list[Conjunction]) -> CodePointDFA | None:
+    """The union of the leaves' own languages (every pattern matched, no negated one, none of the
+    excluded values) on code points; ``None`` when a leaf has none of these (any string).
+
+    Leaves distributed from the same disjunctions share their first patterns, so each leaf's
+    product is built on the longest product already built for a prefix of its operations, and
+    the union is taken pairwise (a balanced tree, not a growing left operand)."""
+    built: dict[tuple, CodePointDFA] = {}
+    parts: list[CodePointDFA] = []
+    for leaf in leaves:
+        include = [(leaf.string["pattern"], leaf.pattern_site)] if "pattern" in leaf.string else []
+        ops = [("and", p, w) for p, w in include]
+        ops += [("and" if positive else "diff", p, w) for p, w, positive in leaf.not_patterns]  # as applied
+        names = tuple(sorted({v for v in leaf.excluded if isinstance(v, str)}))
+        if names:
+            ops.append(("names", names, ""))
+        if not ops:
+            return None
+        dfa = _value_language(c, tuple(ops), built)
+        if not dfa.is_empty:
+            parts.append(dfa)
+    if not parts:
+        return CodePointDFA([[]], [False])
+    while len(parts) > 1:
+        parts = [a.product(b, "or") for a, b in zip(parts[::2], parts[1::2])] + parts[len(parts) - len(parts) % 2:]
+    return parts[0]
 
 
 def key_regions(c: SchemaContext, rules, known: set[str]) -> list[tuple[Expr, Expr]]:
@@ -952,21 +1122,29 @@ def _property_names_language(c: SchemaContext, rules):
     return keywords, include, exclude, excluded
 
 
-def _language_pattern(c: SchemaContext, include, exclude, names, where: str, keyword: str) -> str | None:
-    """An anchored regex for: matches every ``include``, no ``exclude``, is none of ``names``."""
-    if len(include) == 1 and not exclude and not names:
-        return include[0][0]
-    dfa = CodePointDFA.universal()
-    operands = [(_pattern_dfa(c, p, w), "and") for p, w in include] + [(_pattern_dfa(c, p, w), "diff") for p, w in exclude]
+def _language_ops(include, exclude, names) -> tuple:
+    """The products that make a string language on code points: ``("and", pattern, site)`` per
+    pattern to match, ``("diff", pattern, site)`` per pattern to avoid, ``("names", names, "")``
+    for values to exclude."""
+    ops = [("and", p, w) for p, w in include] + [("diff", p, w) for p, w in exclude]
     if names:
-        operands.append((CodePointDFA.of_strings(names), "diff"))
-    try:
-        for other, mode in operands:
-            dfa = dfa.product(other, mode)
-        text = dfa.to_regex()
-    except LimitExceeded as exc:
-        raise UnsupportedSchemaError(keyword, where, _reason(exc)) from None
-    return None if text is None else f"^(?:{text})$"
+        ops.append(("names", tuple(names), ""))
+    return tuple(ops)
+
+
+def _value_language(c: SchemaContext, ops: tuple, built: dict | None = None) -> CodePointDFA:
+    """The code-point language of ``ops`` (``_language_ops``), from Unicode down. ``built``
+    (ops prefix -> product) lets languages that share their first operations build them once."""
+    built = built if built is not None else {}
+    done = len(ops)
+    while done and ops[:done] not in built:
+        done -= 1
+    dfa = built[ops[:done]] if done else CodePointDFA.universal()
+    for i in range(done, len(ops)):
+        mode, operand, site = ops[i]
+        other = CodePointDFA.of_strings(operand) if mode == "names" else _pattern_dfa(c, operand, site)
+        dfa = built[ops[: i + 1]] = dfa.product(other, "diff" if mode == "names" else mode)
+    return dfa
 
 
 def _reason(exc: Exception) -> str:

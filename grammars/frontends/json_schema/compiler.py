@@ -210,6 +210,7 @@ class SchemaCompiler:
         self.disjoint_nesting = 0
         self.pattern_dfas: dict = {}  # pattern -> CodePointDFA (combinators)
         self.canonical_sets: dict = {}  # id(list) -> (list, its canonical values) (combinators.evaluate)
+        self.enum_unions: dict = {}  # anyOf of one-enum branches -> their values (combinators.apply_any_of)
         self._narrowed: list[str] = []
         self._depth = 0  # in-place applications (``apply``) now open
         self._value_depth = 0  # values (``value``) now being built inline, up the Python stack
@@ -399,7 +400,7 @@ class SchemaCompiler:
             if not (isinstance(node, dict) and key in node):
                 break
             if (dynamic or not self.document.dialect.ref_overrides_siblings) and any(
-                k not in IGNORED_KEYWORDS and k != key and not self._is_unknown(k) for k in node
+                k not in IGNORED_KEYWORDS and k != key and not self.is_unknown(k) for k in node
             ):
                 break
             try:
@@ -423,7 +424,9 @@ class SchemaCompiler:
             if disjoint:
                 return alt(self.value(branch) for branch in disjunction.branches)
         leaves = self.leaves(conj)
-        return alt(self._leaf(leaf, sole=len(leaves) == 1) for leaf in leaves)
+        sole = len(leaves) == 1
+        return alt(self._leaf(leaf, sole=sole) if isinstance(leaf, Conjunction) else leaf
+                   for leaf in combinators.merge_string_leaves(self, leaves))
 
     def conjunction(self, parts: Iterable[Located]) -> Conjunction:
         conj = Conjunction()
@@ -508,12 +511,12 @@ class SchemaCompiler:
                     self.unsupported(key, where, f"{key!r} is not supported")
             elif key.startswith(INTERNAL):
                 combinators.apply_internal(self, conj, part, key, value)
-            elif self._is_unknown(key):
+            elif self.is_unknown(key):
                 if self.options.unknown_keywords == "error" and not key.startswith("x-"):
                     raise UnsupportedSchemaError(key, where, "not a JSON Schema keyword (unknown_keywords='error')")
                 self._ignored.append((key, where))
 
-    def _is_unknown(self, key: str) -> bool:
+    def is_unknown(self, key: str) -> bool:
         """Not a keyword of any draft (``id`` is one only in draft 4)."""
         if key == "id":
             return self.document.dialect.id_keyword != "id"
@@ -660,7 +663,7 @@ class SchemaCompiler:
             except LimitExceeded as exc:
                 keyword, where = conj.enum_source
                 raise LimitExceeded(exc.limit, exc.value, f"{keyword!r} at {where}: {exc.args[0]}") from None
-        self._check_deferred(conj)
+        self.check_deferred(conj)
         excluded = _excluded_by_type(conj)
         branches: list[Expr] = []
         if "null" in conj.types and "null" not in excluded:
@@ -681,7 +684,9 @@ class SchemaCompiler:
                 self.unsupported("not", conj.string_where, f"excluding particular {kind} values is not supported")
         return alt(branches)
 
-    def _check_deferred(self, conj: Conjunction) -> None:
+    def check_deferred(self, conj: Conjunction) -> None:
+        """Raise (or, under ``lenient``, record) the keywords ``conj`` deferred that constrain a
+        type the leaf still allows."""
         for types, keyword, where, reason in conj.deferred:
             if intersect_types(frozenset(types), conj.types):
                 self.unsupported(keyword, where, reason)

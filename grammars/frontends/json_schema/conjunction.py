@@ -9,7 +9,7 @@ front end free of import cycles: ``compiler`` imports the families, never the re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterable, Protocol
 
 from grammars.errors import GrammarError
@@ -216,6 +216,12 @@ class Conjunction:
             not_integer=self.not_integer,
         )
 
+    @property
+    def enum_only(self) -> bool:
+        """An ``enum`` (or ``const``) and nothing else: every other constraint as a fresh
+        conjunction has it (the atoms and applied schemas aside: they only record the sources)."""
+        return self.enum is not None and all(getattr(self, name) == default for name, default in _UNCONSTRAINED)
+
     def restrict_types(self, types: frozenset) -> None:
         self.types = intersect_types(self.types, types)
 
@@ -234,6 +240,11 @@ class Conjunction:
     def pattern_site(self) -> str:
         """The pointer of ``string["pattern"]`` itself."""
         return self.string_sources.get("pattern", self.string_where) + "/pattern"
+
+
+#: (field, value) of every constraint a fresh ``Conjunction`` holds besides its enum (``enum_only``)
+_UNCONSTRAINED = tuple((f.name, getattr(Conjunction(), f.name)) for f in fields(Conjunction)
+                       if f.name not in ("enum", "enum_source", "atoms", "applied"))
 
 
 def synthetic(owner: Located, tag: str, node: Any, origin: tuple | None = None) -> Located:
@@ -261,6 +272,8 @@ class SchemaContext(Protocol):
     pattern_dfas: dict
     #: id(list) -> (list, frozenset of its ``canonical`` values), memoised by ``combinators``
     canonical_sets: dict
+    #: pointer of an ``anyOf``'s first branch -> the union of its one-enum branches, or None
+    enum_unions: dict
 
     def value(self, parts: Iterable[Located], *, rule: bool = False) -> Expr: ...
     def conjunction(self, parts: Iterable[Located]) -> Conjunction: ...
@@ -280,4 +293,6 @@ class SchemaContext(Protocol):
     def add_recursive_rule(self, hint: str, build: Callable[[Expr], Expr]) -> Expr: ...
     def add_rules(self, hints: list[str], build: Callable[[list[Expr]], list[Expr]]) -> list[Expr]: ...
     def unsupported(self, keyword: str, where: str, reason: str) -> None: ...
+    def check_deferred(self, conj: Conjunction) -> None: ...
+    def is_unknown(self, key: str) -> bool: ...
     def narrowed(self, note: str) -> None: ...

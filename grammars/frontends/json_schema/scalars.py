@@ -44,7 +44,12 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Callable, Mapping
 
-from grammars.automata.byte_dfa import ByteDFA, compile_regular, intersect
+from grammars.automata.byte_dfa import (
+    ByteDFA,
+    compile_regular,
+    intersect,
+    shared_regular,
+)
 from grammars.errors import (
     GrammarError,
     GrammarSyntaxError,
@@ -120,6 +125,8 @@ def string_schema(
     the schema allows), and ``narrowed`` (when given) is called with a note saying so. A
     ``minLength`` that large cannot be narrowed and raises ``UnsupportedSchemaError``.
     Automata are built under ``limits`` (the compiler's; the defaults when None).
+    A ``pattern`` may also be given already encoded: a ``ByteDFA`` of string bodies (a language
+    met on code points, ``strings.encode_value_automaton``), kept as it is.
     """
     limits = limits or Limits()
     min_length = _length(schema, "minLength", pointer) or 0
@@ -130,7 +137,9 @@ def string_schema(
     if "pattern" in schema:
         escapes = getattr(options, "string_escapes", "all")  # an optional knob; see below
         site = pattern_at or f"{pointer}/pattern"
-        bodies.append(("pattern", _strings.encode_value_language(parse_pattern(schema["pattern"], site), escapes)))
+        pattern = schema["pattern"]
+        bodies.append(("pattern", pattern if isinstance(pattern, ByteDFA)
+                       else _strings.encode_value_language(parse_pattern(pattern, site), escapes)))
     if "format" in schema:
         language = _format(schema["format"], pointer)
         if language is not None:
@@ -155,7 +164,7 @@ def string_schema(
     body: ByteDFA | None = None
     try:
         for keyword, expr in bodies:
-            dfa = expr if isinstance(expr, ByteDFA) else compile_regular(expr, limits)
+            dfa = expr if isinstance(expr, ByteDFA) else shared_regular(expr, limits)
             body = dfa if body is None else intersect(body, dfa, limits)
     except LimitExceeded as exc:
         raise UnsupportedSchemaError(keyword, pointer, str(exc)) from None

@@ -47,6 +47,7 @@ from numba import njit
 from grammars.automata.byte_dfa import (
     DEAD,
     ByteDFA,
+    compile_graph,
     compile_regular,
     difference,
     from_transitions,
@@ -280,6 +281,24 @@ def encode_value_language(expr: Expr, escapes: Escapes = "all") -> Expr:
         raise TypeError(f"cannot encode {type(e).__name__} as a JSON string body")
 
     return run_frames(go(expr))
+
+
+def encode_value_automaton(trans: list, accept: list, escapes: Escapes = "all", limits: Limits | None = None) -> ByteDFA:
+    """The byte DFA of the JSON string bodies encoding the values a code-point automaton accepts
+    (``trans[state]``: ``(lo, hi, target)`` character ranges; start state 0; ``accept[state]``).
+
+    ``encode_value_language`` for a language held as an automaton (a union of patterns with
+    negations, met on code points) rather than as an expression: every range's encodings
+    (``encode_chars``) on its arc, the graph compiled at once. Surrogate code points have no
+    encoding here, as in ``Chars``.
+    """
+    arcs = []
+    for state, row in enumerate(trans):
+        for lo, hi, target in row:
+            chars = Chars(((lo, hi),))
+            if not chars.is_empty:
+                arcs.append((state, encode_chars(chars, escapes), target))
+    return compile_graph(len(trans), arcs, [q for q, yes in enumerate(accept) if yes], limits or Limits())
 
 
 def string_token(body: Expr) -> Expr:
