@@ -10,7 +10,11 @@ import itertools
 import pytest
 from schema_check import Checker
 
-from grammars.frontends.json_schema import JsonSchemaOptions, analyze_json_schema, combinators
+from grammars.frontends.json_schema import (
+    JsonSchemaOptions,
+    analyze_json_schema,
+    combinators,
+)
 
 TASKS = ["Build@1", "Build@2", "Deploy@1", "Test@3", "build@1"]
 
