@@ -31,6 +31,7 @@ __all__ = [
     "alt",
     "repeat",
     "optional",
+    "references",
 ]
 
 MAX_CODE_POINT = 0x10FFFF
@@ -120,6 +121,48 @@ def _hash_tree(root: _Node) -> int:
         stack.pop()
         d["_hash"] = hash((type(node), *[d[n] for n in node._names]))  # a derived value: past the frozen __setattr__
     return root.__dict__["_hash"]
+
+
+_NO_REFERENCES: tuple[str, ...] = ()
+
+
+def references(expr: object) -> tuple[str, ...]:
+    """The names of the rules ``expr`` refers to (``Ref`` nodes below it, rules not followed), in
+    order of first occurrence.
+
+    Cached on each node like its hash, bottom-up with an explicit stack: the front end orders
+    rules by them and the lowering asks them of every rule and item, and the big subtrees that
+    expressions share (a string's encodings, built once per process) hold none."""
+    if not isinstance(expr, _Node):
+        return _NO_REFERENCES
+    cached = expr.__dict__.get("_refs")
+    if cached is not None:
+        return cached
+    stack: list[_Node] = [expr]
+    while stack:
+        node = stack[-1]
+        d = node.__dict__
+        if "_refs" in d:
+            stack.pop()
+            continue
+        if isinstance(node, Ref):
+            d["_refs"] = (d["name"],)
+            stack.pop()
+            continue
+        kids = _children(node)
+        pending = [k for k in kids if isinstance(k, _Node) and "_refs" not in k.__dict__]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        found = [k.__dict__["_refs"] for k in kids if isinstance(k, _Node) and k.__dict__["_refs"]]
+        if not found:
+            d["_refs"] = _NO_REFERENCES
+        elif len(found) == 1:
+            d["_refs"] = found[0]
+        else:
+            d["_refs"] = tuple(dict.fromkeys(name for names in found for name in names))
+    return expr.__dict__["_refs"]
 
 
 def _equal_trees(x: _Node, y: _Node) -> bool:

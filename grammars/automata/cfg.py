@@ -24,7 +24,18 @@ from typing import Callable
 
 from grammars.automata.frames import Frame, run_frames
 from grammars.errors import EmptyLanguageError, GrammarError, LimitExceeded
-from grammars.ir import EMPTY, Alt, Expr, Grammar, Literal, Ref, Repeat, Seq, seq
+from grammars.ir import (
+    EMPTY,
+    Alt,
+    Expr,
+    Grammar,
+    Literal,
+    Ref,
+    Repeat,
+    Seq,
+    references,
+    seq,
+)
 from grammars.limits import Limits
 
 __all__ = ["TerminalCFG", "Production", "lower_grammar", "is_terminal", "terminal_index"]
@@ -113,7 +124,6 @@ class _Lowering:
         self.start_name = grammar.start
         self.limits = limits
         self.compile_dfa = compile_dfa
-        self._ref_sets: dict[int, tuple[Expr, frozenset[str]]] = {}
         if self.start_name not in self.rules:
             raise GrammarError(f"start rule {self.start_name!r} is not defined")
         for name, expr in self.rules.items():
@@ -171,35 +181,10 @@ class _Lowering:
                 run_frames(visit(name))
         return inlinable
 
-    def _refs(self, expr: Expr) -> frozenset[str]:
-        """Names of the rules ``expr`` refers to, memoised per node: rules share big subtrees
-        (string encodings), which a plain traversal walked once per rule and per query."""
-        if isinstance(expr, Ref):
-            return frozenset((expr.name,))
-        if not isinstance(expr, (Seq, Alt, Repeat)):
-            return _NO_REFS
-        memo = self._ref_sets  # by identity, the node kept alive beside its names
-        hit = memo.get(id(expr))
-        if hit is not None:
-            return hit[1]
-        stack: list[tuple[Expr, bool]] = [(expr, False)]
-        while stack:
-            e, ready = stack.pop()
-            if id(e) in memo:
-                continue
-            kids = e.items if isinstance(e, (Seq, Alt)) else (e.item,)  # type: ignore[union-attr]
-            if not ready:
-                stack.append((e, True))
-                stack.extend((k, False) for k in kids if isinstance(k, (Seq, Alt, Repeat)) and id(k) not in memo)
-                continue
-            names: set[str] = set()
-            for k in kids:
-                if isinstance(k, Ref):
-                    names.add(k.name)
-                elif isinstance(k, (Seq, Alt, Repeat)):
-                    names |= memo[id(k)][1]
-            memo[id(e)] = (e, frozenset(names) if names else _NO_REFS)
-        return memo[id(expr)][1]
+    def _refs(self, expr: Expr) -> tuple[str, ...]:
+        """Names of the rules ``expr`` refers to (``ir.references``: cached on the nodes, so the
+        big subtrees rules share, string encodings, are walked once per process)."""
+        return references(expr)
 
     def _is_regular(self, expr: Expr) -> bool:
         """Memoised by identity (asked for every item of every alternative; an Expr key would
@@ -537,7 +522,6 @@ class _Lowering:
 
 
 _EPSILON = object()
-_NO_REFS: frozenset[str] = frozenset()
 
 
 def _size(expr: Expr, cap: int | None = None) -> int:

@@ -88,7 +88,7 @@ from grammars.frontends.json_schema.values import (
     number_twins,
     value_text,
 )
-from grammars.ir import EMPTY, NOTHING, Expr, Grammar, Literal, Ref, alt
+from grammars.ir import EMPTY, NOTHING, Expr, Grammar, Literal, Ref, alt, references
 from grammars.limits import Limits
 from grammars.memo import shared_automata
 
@@ -833,55 +833,26 @@ def _referenced_first(rules: dict[str, Expr], start: str) -> dict[str, Expr]:
     """``rules`` ordered so that every rule comes after the rules it refers to (where no cycle
     forbids it), found with an explicit stack: a consumer that walks rules in order and recurses
     into references (the lowering's inlining analysis) then finds each reference done already,
-    and its recursion stays shallow however deep the schema nests."""
-    memo: dict[int, tuple[Expr, tuple[str, ...]]] = {}
+    and its recursion stays shallow however deep the schema nests. References come from
+    ``ir.references`` (cached on the nodes; rules share large subtrees, the encodings of strings)."""
     order: dict[str, Expr] = {}
     seen: set[str] = set()
     for root in [start, *rules]:
         if root in seen:
             continue
         seen.add(root)
-        stack = [(root, iter(_references(rules[root], memo)))]
+        stack = [(root, iter(references(rules[root])))]
         while stack:
             name, refs = stack[-1]
             for ref in refs:
                 if ref in rules and ref not in seen:
                     seen.add(ref)
-                    stack.append((ref, iter(_references(rules[ref], memo))))
+                    stack.append((ref, iter(references(rules[ref]))))
                     break
             else:
                 stack.pop()
                 order[name] = rules[name]
     return order
-
-
-def _references(expr: Expr, memo: dict[int, tuple[Expr, tuple[str, ...]]]) -> tuple[str, ...]:
-    """Names of the rules ``expr`` refers to, memoised per node (rules share large subtrees, the
-    encodings of strings) and found with an explicit stack."""
-    from grammars.ir import Alt, Repeat, Seq
-
-    if isinstance(expr, Ref):
-        return (expr.name,)
-    if not isinstance(expr, (Seq, Alt, Repeat)):
-        return ()
-    stack: list[tuple[Expr, bool]] = [(expr, False)]
-    while stack:
-        node, ready = stack.pop()
-        if id(node) in memo:
-            continue
-        kids = node.items if isinstance(node, (Seq, Alt)) else (node.item,)  # type: ignore[union-attr]
-        if not ready:
-            stack.append((node, True))
-            stack.extend((k, False) for k in kids if isinstance(k, (Seq, Alt, Repeat)) and id(k) not in memo)
-            continue
-        names: list[str] = []
-        for k in kids:
-            if isinstance(k, Ref):
-                names.append(k.name)
-            elif isinstance(k, (Seq, Alt, Repeat)):
-                names.extend(memo[id(k)][1])
-        memo[id(node)] = (node, tuple(dict.fromkeys(names)))
-    return memo[id(expr)][1]
 
 
 def _gaps(keywords: dict, excluded: list, where: str) -> list[dict]:
