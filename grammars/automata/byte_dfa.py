@@ -1304,6 +1304,8 @@ def load_kernels() -> ByteDFA:
     difference(d, e)
     nonempty(minimize(ByteDFA(np.array(d.table), np.array(d.accepting), 0)))
     from_transitions(2, [0], [0x61], [1], [1])
+    # called from Python too (code-point DFAs' minimisation), a signature of its own
+    _reduce(np.full((1, 1), -1, np.int32), np.ones(1, np.bool_), 0, np.arange(1, dtype=np.int64))
     return e
 
 
