@@ -49,6 +49,7 @@ from grammars.automata.byte_dfa import (
     ByteDFA,
     compile_graph,
     compile_regular,
+    shared_regular,
     difference,
     from_transitions,
     minimize,
@@ -292,13 +293,17 @@ def encode_value_automaton(trans: list, accept: list, escapes: Escapes = "all", 
     (``encode_chars``) on its arc, the graph compiled at once. Surrogate code points have no
     encoding here, as in ``Chars``.
     """
+    limits = limits or Limits()
     arcs = []
     for state, row in enumerate(trans):
+        by_target: dict[int, list[tuple[int, int]]] = {}
         for lo, hi, target in row:
-            chars = Chars(((lo, hi),))
-            if not chars.is_empty:
-                arcs.append((state, encode_chars(chars, escapes), target))
-    return compile_graph(len(trans), arcs, [q for q, yes in enumerate(accept) if yes], limits or Limits())
+            by_target.setdefault(target, []).append((lo, hi))
+        for target, ranges in by_target.items():
+            chars = Chars(tuple(ranges))
+            if not chars.is_empty:  # one class per target, its encodings a small DFA built once per process
+                arcs.append((state, shared_regular(encode_chars(chars, escapes), limits), target))
+    return compile_graph(len(trans), arcs, [q for q, yes in enumerate(accept) if yes], limits)
 
 
 def string_token(body: Expr) -> Expr:
