@@ -11,7 +11,7 @@ All nodes are frozen and hashable, so a grammar can key caches by value.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Iterable, Union
+from typing import Callable, ClassVar, Iterable, Union
 
 __all__ = [
     "MAX_CODE_POINT",
@@ -104,23 +104,10 @@ def _children(node: _Node) -> tuple:
 
 
 def _hash_tree(root: _Node) -> int:
-    """The hash of ``root``, computed bottom-up with an explicit stack: a node's hash is a hash
-    of its children's cached hashes, so an expression nested deeper than Python's recursion
-    limit hashes too (a plain ``hash`` of nested tuples recurses once per level)."""
-    stack = [root]
-    while stack:
-        node = stack[-1]
-        d = node.__dict__
-        if "_hash" in d:
-            stack.pop()
-            continue
-        pending = [k for k in _children(node) if isinstance(k, _Node) and "_hash" not in k.__dict__]
-        if pending:
-            stack.extend(pending)
-            continue
-        stack.pop()
-        d["_hash"] = hash((type(node), *[d[n] for n in node._names]))  # a derived value: past the frozen __setattr__
-    return root.__dict__["_hash"]
+    """The hash of ``root``: a hash of its fields, its children by their cached hashes, so an
+    expression nested deeper than Python's recursion limit hashes too (a plain ``hash`` of nested
+    tuples recurses once per level)."""
+    return _cached_bottom_up(root, "_hash", lambda node: hash((type(node), *[node.__dict__[n] for n in node._names])))
 
 
 _NO_REFERENCES: tuple[str, ...] = ()
@@ -130,39 +117,45 @@ def references(expr: object) -> tuple[str, ...]:
     """The names of the rules ``expr`` refers to (``Ref`` nodes below it, rules not followed), in
     order of first occurrence.
 
-    Cached on each node like its hash, bottom-up with an explicit stack: the front end orders
-    rules by them and the lowering asks them of every rule and item, and the big subtrees that
-    expressions share (a string's encodings, built once per process) hold none."""
+    Cached on each node like its hash: the front end orders rules by them and the lowering asks
+    them of every rule and item, and the big subtrees that expressions share (a string's
+    encodings, built once per process) hold none."""
     if not isinstance(expr, _Node):
         return _NO_REFERENCES
     cached = expr.__dict__.get("_refs")
-    if cached is not None:
-        return cached
-    stack: list[_Node] = [expr]
+    return cached if cached is not None else _cached_bottom_up(expr, "_refs", _own_references)  # type: ignore[return-value]
+
+
+def _own_references(node: _Node) -> tuple[str, ...]:
+    if isinstance(node, Ref):
+        return (node.name,)
+    found = [k.__dict__["_refs"] for k in _children(node) if isinstance(k, _Node) and k.__dict__["_refs"]]
+    if not found:
+        return _NO_REFERENCES
+    if len(found) == 1:
+        return found[0]
+    return tuple(dict.fromkeys(name for names in found for name in names))
+
+
+def _cached_bottom_up(root: _Node, key: str, compute: Callable[[_Node], object]) -> object:
+    """``compute(node)`` for ``root`` and every node below it that lacks ``key``, children first,
+    each kept in the node's dictionary under ``key`` (a derived value: past the frozen
+    ``__setattr__``; ``__getstate__`` leaves it out of pickles). An explicit stack: expressions
+    nest deeper than Python's recursion limit."""
+    stack = [root]
     while stack:
         node = stack[-1]
         d = node.__dict__
-        if "_refs" in d:
+        if key in d:
             stack.pop()
             continue
-        if isinstance(node, Ref):
-            d["_refs"] = (d["name"],)
-            stack.pop()
-            continue
-        kids = _children(node)
-        pending = [k for k in kids if isinstance(k, _Node) and "_refs" not in k.__dict__]
+        pending = [k for k in _children(node) if isinstance(k, _Node) and key not in k.__dict__]
         if pending:
             stack.extend(pending)
             continue
         stack.pop()
-        found = [k.__dict__["_refs"] for k in kids if isinstance(k, _Node) and k.__dict__["_refs"]]
-        if not found:
-            d["_refs"] = _NO_REFERENCES
-        elif len(found) == 1:
-            d["_refs"] = found[0]
-        else:
-            d["_refs"] = tuple(dict.fromkeys(name for names in found for name in names))
-    return expr.__dict__["_refs"]
+        d[key] = compute(node)
+    return root.__dict__[key]
 
 
 def _equal_trees(x: _Node, y: _Node) -> bool:
