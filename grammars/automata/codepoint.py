@@ -248,7 +248,7 @@ class CodePointDFA:
         n = len(self.trans)
         bounds = sorted({x for row in self.trans for lo, hi, _ in row for x in (lo, hi + 1)})
         if n == 0 or len(bounds) < 2:
-            return CodePointDFA([[]], [False]) if not (n and self.accept[0]) else CodePointDFA([[]], [True])
+            return CodePointDFA([[]], [bool(n and self.accept[0])])  # no transitions: {""} or nothing
         k = len(bounds) - 1
         table = np.full((n, k), -1, dtype=np.int32)
         for s, row in enumerate(self.trans):

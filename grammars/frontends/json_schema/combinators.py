@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from grammars.automata.byte_dfa import ByteDFA
+from grammars.automata.byte_dfa import ByteDFA, intersect, shared_regular
 from grammars.automata.codepoint import CodePointDFA
 from grammars.errors import (
     GrammarError,
@@ -118,7 +118,7 @@ def _apply_enum_union(c: SchemaContext, conj: Conjunction, branches: list[Locate
     ``anyOf`` of 240 one-value enums met by 240 patterns made 57,600 leaves). Returns whether it
     applied; the branches are applied as usual (to a scratch conjunction), so what they report
     (ignored keywords, malformed values) is reported the same."""
-    key = branches[0].pointer if branches else ""
+    key = branches[0].pointer  # ``_schema_list``: an anyOf has a branch
     if key not in c.enum_unions:  # an object's member schema is applied once per leaf of the object
         c.enum_unions[key] = _enum_union(c, branches)
     values = c.enum_unions[key]
@@ -886,10 +886,17 @@ def add_pattern(c: SchemaContext, conj: Conjunction, pattern: str, where: str) -
 def restricted_string(c: SchemaContext, conj: Conjunction, keywords: dict, patterns: list, excluded: list) -> Expr:
     """Strings under ``keywords`` that match every positive and no negative pattern, minus values."""
     keywords = dict(keywords)
-    include = [(keywords.pop("pattern"), conj.pattern_site)] if "pattern" in keywords else []
-    include += [(p, w) for p, w, positive in patterns if positive]
-    exclude = [(p, w) for p, w, positive in patterns if not positive]
+    include, exclude = _pattern_sides(keywords.pop("pattern", None), conj.pattern_site, patterns)
     return _string_language(c, keywords, include, exclude, excluded, conj.string_where)
+
+
+def _pattern_sides(pattern: str | None, site: str, patterns: list) -> tuple[list, list]:
+    """(patterns to match, patterns to avoid), each ``(pattern, its pointer)``: the ``pattern``
+    keyword at ``site`` (when not None) and the conjunction's further ``(pattern, pointer,
+    must match)`` entries."""
+    include = [(pattern, site)] if pattern is not None else []
+    include += [(p, w) for p, w, positive in patterns if positive]
+    return include, [(p, w) for p, w, positive in patterns if not positive]
 
 
 def _string_language(c: SchemaContext, keywords: dict, include: list, exclude: list, names, where: str,
@@ -902,8 +909,6 @@ def _string_language(c: SchemaContext, keywords: dict, include: list, exclude: l
     its language encoded as string bodies directly (``strings.encode_value_automaton``), which
     ``string_schema`` meets as the pattern. ``keyword`` names what a too-large product refuses.
     """
-    from grammars.automata.byte_dfa import intersect, shared_regular
-
     names = sorted(set(names))
     if not include and not exclude and not keywords:
         return scalars.string_not_in(names)
@@ -912,8 +917,7 @@ def _string_language(c: SchemaContext, keywords: dict, include: list, exclude: l
             language = _value_language(c, _language_ops(include, exclude, names))
             if language.is_empty:
                 return NOTHING
-            body = encode_value_automaton(language.trans, language.accept, getattr(c.options, "string_escapes", "all"),
-                                          c.layout.limits)
+            body = encode_value_automaton(language, getattr(c.options, "string_escapes", "all"), c.layout.limits)
         except LimitExceeded as exc:
             raise UnsupportedSchemaError(keyword, where, _reason(exc)) from None
         return c.string_schema({**keywords, "pattern": body}, where)
@@ -973,7 +977,7 @@ def merge_string_leaves(c: SchemaContext, leaves: list[Conjunction]) -> list:
         try:
             union = _leaves_union(c, [leaves[i] for i in members])
             body = None if union is None else encode_value_automaton(
-                union.trans, union.accept, getattr(c.options, "string_escapes", "all"), c.layout.limits)
+                union, getattr(c.options, "string_escapes", "all"), c.layout.limits)
         except (LimitExceeded, UnsupportedSchemaError):
             continue
         first = leaves[members[0]]
@@ -991,8 +995,6 @@ def _bounded_union(c: SchemaContext, keywords: dict, where: str, body: ByteDFA |
     None), or None where the leaves one by one are the exact way: the bounds alone would be
     narrowed (a ``maxLength`` past the automaton budget, which a pattern in a leaf may make
     unnecessary) or the product is too large."""
-    from grammars.automata.byte_dfa import intersect, shared_regular
-
     if body is not None and body.is_empty_language:
         return NOTHING
     narrowed: list[str] = []
@@ -1019,15 +1021,11 @@ def _leaves_union(c: SchemaContext, leaves: list[Conjunction]) -> CodePointDFA |
     built: dict[tuple, CodePointDFA] = {}
     parts: list[CodePointDFA] = []
     for leaf in leaves:
-        include = [(leaf.string["pattern"], leaf.pattern_site)] if "pattern" in leaf.string else []
-        ops = [("and", p, w) for p, w in include]
-        ops += [("and" if positive else "diff", p, w) for p, w, positive in leaf.not_patterns]  # as applied
-        names = tuple(sorted({v for v in leaf.excluded if isinstance(v, str)}))
-        if names:
-            ops.append(("names", names, ""))
+        include, exclude = _pattern_sides(leaf.string.get("pattern"), leaf.pattern_site, leaf.not_patterns)
+        ops = _language_ops(include, exclude, sorted({v for v in leaf.excluded if isinstance(v, str)}))
         if not ops:
             return None
-        dfa = _value_language(c, tuple(ops), built)
+        dfa = _value_language(c, ops, built)
         if not dfa.is_empty:
             parts.append(dfa)
     if not parts:

@@ -39,7 +39,7 @@ import hashlib
 import typing
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Collection, Iterable
+from typing import TYPE_CHECKING, Collection, Iterable
 
 import numpy as np
 from numba import njit
@@ -76,6 +76,9 @@ from grammars.limits import Limits
 from grammars.memo import shared_automata
 
 from .numbers import fixed_width_range
+
+if TYPE_CHECKING:
+    from grammars.automata.codepoint import CodePointDFA
 
 __all__ = [
     "Escapes",
@@ -284,9 +287,9 @@ def encode_value_language(expr: Expr, escapes: Escapes = "all") -> Expr:
     return run_frames(go(expr))
 
 
-def encode_value_automaton(trans: list, accept: list, escapes: Escapes = "all", limits: Limits | None = None) -> ByteDFA:
+def encode_value_automaton(language: CodePointDFA, escapes: Escapes = "all", limits: Limits | None = None) -> ByteDFA:
     """The byte DFA of the JSON string bodies encoding the values a code-point automaton accepts
-    (``trans[state]``: ``(lo, hi, target)`` character ranges; start state 0; ``accept[state]``).
+    (``language``, a ``CodePointDFA``: interval rows, start state 0).
 
     ``encode_value_language`` for a language held as an automaton (a union of patterns with
     negations, met on code points) rather than as an expression: every range's encodings
@@ -295,7 +298,7 @@ def encode_value_automaton(trans: list, accept: list, escapes: Escapes = "all", 
     """
     limits = limits or Limits()
     arcs = []
-    for state, row in enumerate(trans):
+    for state, row in enumerate(language.trans):
         by_target: dict[int, list[tuple[int, int]]] = {}
         for lo, hi, target in row:
             by_target.setdefault(target, []).append((lo, hi))
@@ -303,7 +306,7 @@ def encode_value_automaton(trans: list, accept: list, escapes: Escapes = "all", 
             chars = Chars(tuple(ranges))
             if not chars.is_empty:  # one class per target, its encodings a small DFA built once per process
                 arcs.append((state, shared_regular(encode_chars(chars, escapes), limits), target))
-    return compile_graph(len(trans), arcs, [q for q, yes in enumerate(accept) if yes], limits)
+    return compile_graph(len(language.trans), arcs, [q for q, yes in enumerate(language.accept) if yes], limits)
 
 
 def string_token(body: Expr) -> Expr:

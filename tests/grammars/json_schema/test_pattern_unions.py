@@ -132,7 +132,7 @@ def test_encoded_automaton_equals_encoded_expression(pattern):
     expr = scalars.parse_pattern(pattern, "#/pattern")
     language = CodePointDFA.of(expr)
     for escapes in ("all", "minimal"):
-        from_automaton = strings.encode_value_automaton(language.trans, language.accept, escapes)
+        from_automaton = strings.encode_value_automaton(language, escapes)
         from_expression = compile_regular(strings.encode_value_language(expr, escapes))
         assert from_automaton == from_expression, (pattern, escapes)
 
