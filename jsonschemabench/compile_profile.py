@@ -64,12 +64,13 @@ class _Timeout(Exception):
 
 
 def profile_schema(vocab: Any, schema: Any, name: str, *, timeout_s: float = 60.0,
-                   whitespace: str = "flexible") -> PhaseTimes:
+                   whitespace: str = "flexible", property_order: str = "any") -> PhaseTimes:
     """The phase times of compiling ``schema`` with a fresh ``Compiler`` and filling its first mask.
 
     The phases are the steps of ``Compiler.compile_json_schema`` run one at a time (same
     functions, same order), so their sum is what one compile-and-first-mask costs. ``whitespace``
-    as maskbench compiles (``"flexible"``: the instances are formatted by their authors).
+    and ``property_order`` as maskbench compiles (``"flexible"``: the instances are formatted by
+    their authors; ``"any"``: they list members in any order).
     """
     from grammars import Compiler, allocate_token_bitmask
     from grammars.automata.cfg import lower_grammar
@@ -94,7 +95,8 @@ def profile_schema(vocab: Any, schema: Any, name: str, *, timeout_s: float = 60.
     try:
         signal.setitimer(signal.ITIMER_REAL, timeout_s)  # inside: an alarm that fires at once is caught too
         start = time.perf_counter()
-        grammar = parse_json_schema(load_schema(schema), JsonSchemaOptions(whitespace=whitespace),
+        options = JsonSchemaOptions(whitespace=whitespace, property_order=property_order)
+        grammar = parse_json_schema(load_schema(schema), options,
                                     limits=compiler.limits)
         times.front_end = time.perf_counter() - start
         times.phases_done.append(phase)
@@ -181,6 +183,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slowest", type=int, default=20, metavar="K", help="how many slowest files to list (20)")
     parser.add_argument("--timeout", dest="timeout_s", type=float, default=60.0, metavar="S",
                         help="seconds per file before it is recorded as a timeout (60)")
+    parser.add_argument("--property-order", choices=("any", "schema", "required_first"), default="any",
+                        help="corral's property_order (default 'any', as maskbench)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: runs/compile-profile-<timestamp>)")
     parser.set_defaults(run=main)
 
@@ -196,12 +200,13 @@ def main(args: argparse.Namespace) -> int:
     vocab = TokenVocabulary.from_pretrained(tokenizer)
     # imports, numba's compiled walks and the per-process automata memos are paid before the first
     # file, as a long-running maskbench worker has paid them
-    profile_schema(vocab, WARMUP_SCHEMA, "warm-up", timeout_s=args.timeout_s)
+    profile_schema(vocab, WARMUP_SCHEMA, "warm-up", timeout_s=args.timeout_s, property_order=args.property_order)
     rows: list[PhaseTimes] = []
     with open(out / "rows.jsonl", "w", encoding="utf-8") as sink:
         for i, path in enumerate(files, 1):
             schema = json.loads(path.read_text(encoding="utf-8"))["schema"]
-            times = profile_schema(vocab, schema, path.name, timeout_s=args.timeout_s)
+            times = profile_schema(vocab, schema, path.name, timeout_s=args.timeout_s,
+                                   property_order=args.property_order)
             rows.append(times)
             sink.write(json.dumps({**asdict(times), "total": times.total}) + "\n")
             if i % 50 == 0 or i == len(files):

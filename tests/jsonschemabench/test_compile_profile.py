@@ -26,8 +26,13 @@ def test_phases_run_the_compile_and_give_the_same_grammar(vocab):
     assert times.error is None and times.phases_done == list(PHASES)
     assert all(getattr(times, p) > 0 for p in PHASES)
     assert times.total == pytest.approx(sum(getattr(times, p) for p in PHASES))
-    reference = Compiler(vocab, allow_empty_language=True).compile_json_schema(SCHEMA, whitespace="flexible")
+    # maskbench's options: authors' whitespace, members in any order
+    reference = Compiler(vocab, allow_empty_language=True).compile_json_schema(SCHEMA, whitespace="flexible",
+                                                                               property_order="any")
     assert (times.n_terminals, times.n_productions) == (reference.n_terminals, reference.n_productions)
+    three = {"type": "object", "properties": {k: {"type": "integer"} for k in "abc"}}
+    in_order, any_order = (profile_schema(vocab, three, "3.json", property_order=o) for o in ("schema", "any"))
+    assert in_order.n_productions < any_order.n_productions  # the option reaches the front end
     mask = allocate_token_bitmask(1, vocab.logits_width)
     reference.matcher().fill_mask(mask, 0)
     assert mask.any()
