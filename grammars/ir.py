@@ -11,6 +11,7 @@ All nodes are frozen and hashable, so a grammar can key caches by value.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Callable, ClassVar, Iterable, Union
 
 __all__ = [
@@ -134,7 +135,26 @@ def _own_references(node: _Node) -> tuple[str, ...]:
         return _NO_REFERENCES
     if len(found) == 1:
         return found[0]
-    return tuple(dict.fromkeys(name for names in found for name in names))
+    return tuple(dict.fromkeys(chain.from_iterable(found)))
+
+
+def _derived(node: Seq | Alt) -> Seq | Alt:
+    """``node`` with its hash and references cached now, from its items'.
+
+    The constructors build bottom-up, so the items have theirs (or compute them with their own
+    walk): one step here replaces a ``_cached_bottom_up`` walk later, which re-checks every item
+    for each of the thousands of states of an object's member automaton."""
+    d = node.__dict__
+    items = d["items"]
+    d["_hash"] = hash((type(node), items))  # as ``_hash_tree`` computes it
+    found = [r for k in items if isinstance(k, _Node) and (r := references(k))]
+    if not found:
+        d["_refs"] = _NO_REFERENCES
+    elif len(found) == 1:
+        d["_refs"] = found[0]
+    else:
+        d["_refs"] = tuple(dict.fromkeys(chain.from_iterable(found)))
+    return node
 
 
 def _cached_bottom_up(root: _Node, key: str, compute: Callable[[_Node], object]) -> object:
@@ -358,7 +378,7 @@ def seq(items: Iterable[Expr]) -> Expr:
         return EMPTY
     if len(flat) == 1:
         return flat[0]
-    return Seq(tuple(flat))
+    return _derived(Seq(tuple(flat)))
 
 
 def alt(items: Iterable[Expr]) -> Expr:
@@ -376,7 +396,7 @@ def alt(items: Iterable[Expr]) -> Expr:
         return NOTHING
     if len(flat) == 1:
         return flat[0]
-    return Alt(tuple(flat))
+    return _derived(Alt(tuple(flat)))
 
 
 def repeat(item: Expr, min: int = 0, max: int | None = None) -> Expr:

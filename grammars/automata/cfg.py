@@ -289,6 +289,42 @@ class _Lowering:
         self.symbol_cache[expr] = sym
         return (sym,)
 
+    def _symbols_now(self, expr: Expr) -> tuple[int, ...] | None | object:
+        """``expr``'s symbols when they need no frame of their own, else ``_LATER``: a regular
+        leaf, a regular expression lowered before, or a rule already numbered. The states of an
+        any-order object are thousands of rules whose items are mostly these; a generator
+        frame each cost most of their lowering."""
+        if self._is_regular(expr):
+            if isinstance(expr, (Seq, Ref, Repeat, Alt)):
+                hit = self._runs_seen.get((id(expr),))
+                return hit[1] if hit is not None else _LATER
+            return self._terminal_symbols(expr)
+        if isinstance(expr, Ref):
+            nt = self.nt_index.get(("rule", expr.name))
+            return (nt,) if nt is not None else _LATER
+        if isinstance(expr, Seq):  # as ``_symbols`` lowers a sequence, without frames
+            out: list[int] = []
+            run: list[Expr] = []
+            for item in (*expr.items, None):
+                if item is not None and self._is_regular(item):
+                    run.append(item)
+                    continue
+                if run:
+                    hit = self._runs_seen.get(tuple(map(id, run)))
+                    if hit is None:
+                        return _LATER
+                    if hit[1] is None:
+                        return None
+                    out.extend(hit[1])
+                    run = []
+                if item is not None:
+                    piece = self._symbols_now(item)
+                    if piece is None or piece is _LATER:
+                        return piece
+                    out.extend(piece)  # type: ignore[arg-type]
+            return tuple(out)
+        return _LATER
+
     def _run_symbols(self, run: list[Expr]) -> Frame:  # -> tuple[int, ...] | None
         """``_run_symbols_of``, memoised by the identity of the run's items: the states of an
         any-order object repeat the same runs (a comma and a member) thousands of times, each
@@ -391,7 +427,8 @@ class _Lowering:
         nt, new = self._nonterminal(("alt", expr), "<alt>")
         if new:
             for item in expr.items:
-                self._add(nt, (yield self._symbols(item)))
+                symbols = self._symbols_now(item)
+                self._add(nt, symbols if symbols is not _LATER else (yield self._symbols(item)))
         return (nt,)
 
     def _pieces(self, run: list[Expr]) -> list[Expr]:
@@ -438,17 +475,21 @@ class _Lowering:
                     run.append(item)
                     continue
                 if run:
-                    piece = yield self._run_symbols(run)
+                    hit = self._runs_seen.get(tuple(map(id, run)))
+                    piece = hit[1] if hit is not None else (yield self._run_symbols(run))
                     if piece is None:
                         return None
                     out.extend(piece)
                     run = []
-                piece = yield self._symbols(item)
+                piece = self._symbols_now(item)
+                if piece is _LATER:
+                    piece = yield self._symbols(item)
                 if piece is None:
                     return None
                 out.extend(piece)
             if run:
-                piece = yield self._run_symbols(run)
+                hit = self._runs_seen.get(tuple(map(id, run)))
+                piece = hit[1] if hit is not None else (yield self._run_symbols(run))
                 if piece is None:
                     return None
                 out.extend(piece)
@@ -492,15 +533,15 @@ class _Lowering:
             expr = self.rules[name]
             alts = expr.items if isinstance(expr, Alt) and not self._is_regular(expr) else (expr,)
             for item in alts:
-                self._add(nt, (yield self._symbols(item)))
+                symbols = self._symbols_now(item)
+                self._add(nt, symbols if symbols is not _LATER else (yield self._symbols(item)))
         return nt
 
     # --- normalisation -------------------------------------------------------------------
 
     def run(self) -> TerminalCFG:
         start = run_frames(self._rule(self.start_name))
-        prods = _split_nullable_heavy(self.productions, len(self.nt_names), self.nt_names)
-        nullable = _nullable(prods)
+        prods, nullable = _split_nullable_heavy(self.productions, len(self.nt_names), self.nt_names)
         prods = _eliminate_epsilon(prods, nullable, self.limits)
         productive = _productive(prods)
         start_nullable = start in nullable
@@ -509,7 +550,7 @@ class _Lowering:
                 raise EmptyLanguageError(f"grammar rooted at {self.start_name!r} accepts no string")
             return TerminalCFG(tuple(self.terminals), tuple(self.terminal_exprs), (), tuple(self.nt_names), -1,
                                start_nullable)
-        prods = [p for p in prods if all(is_terminal(s) or s in productive for s in p.rhs)]
+        prods = [p for p in prods if all(s < 0 or s in productive for s in p.rhs)]  # s < 0: a terminal
         prods = _reachable(prods, start)
         return TerminalCFG(
             terminals=tuple(self.terminals),
@@ -522,6 +563,7 @@ class _Lowering:
 
 
 _EPSILON = object()
+_LATER = object()  # ``_symbols_now``: the symbols need a frame
 
 
 def _size(expr: Expr, cap: int | None = None) -> int:
@@ -562,7 +604,7 @@ def _derivable(prods: list[Production], *, through_terminals: bool) -> set[int]:
     missing: list[int] = []
     ready: list[int] = []
     for i, p in enumerate(prods):
-        nonterminals = [s for s in p.rhs if not is_terminal(s)]
+        nonterminals = [s for s in p.rhs if s >= 0]  # ``is_terminal`` inline: every symbol of the grammar
         if not through_terminals and len(nonterminals) < len(p.rhs):
             missing.append(-1)  # holds a terminal: never empty
             continue
@@ -588,10 +630,17 @@ def _nullable(prods: list[Production]) -> set[int]:
     return _derivable(prods, through_terminals=False)
 
 
-def _split_nullable_heavy(prods: list[Production], n_nt: int, names: list[str]) -> list[Production]:
-    """Split productions with many possibly-nullable symbols so epsilon elimination stays linear."""
-    maybe_nullable = {p.lhs for p in prods}  # over-approximation: anything with productions
+def _split_nullable_heavy(prods: list[Production], n_nt: int,
+                          names: list[str]) -> tuple[list[Production], set[int]]:
+    """Split productions with many possibly-nullable symbols so epsilon elimination stays linear;
+    the productions and their nullable nonterminals."""
     nullable = _nullable(prods)
+
+    def heavy(p: Production) -> bool:
+        return len(p.rhs) > 2 and sum(1 for s in p.rhs if s >= 0 and s in nullable) > MAX_NULLABLE_PER_PRODUCTION
+
+    if not any(map(heavy, prods)):
+        return prods, nullable
     out: list[Production] = []
     next_nt = n_nt
     work = list(prods)
@@ -608,27 +657,24 @@ def _split_nullable_heavy(prods: list[Production], n_nt: int, names: list[str]) 
         work.append(Production(p.lhs, p.rhs[:half] + (helper,)))
         work.append(Production(helper, p.rhs[half:]))
         nullable = _nullable(work + out)
-    del maybe_nullable
     out.reverse()
-    return out
+    return out, nullable
 
 
 def _eliminate_epsilon(prods: list[Production], nullable: set[int], limits: Limits) -> list[Production]:
-    seen: set[Production] = set()
+    seen: set[tuple[int, tuple[int, ...]]] = set()  # (lhs, rhs): a tuple hashes in C, a Production in Python
     out: list[Production] = []
     for p in prods:
-        positions = [i for i, s in enumerate(p.rhs) if not is_terminal(s) and s in nullable]
+        positions = [i for i, s in enumerate(p.rhs) if s >= 0 and s in nullable]
         for r in range(len(positions) + 1):
             for drop in combinations(positions, r):
-                rhs = tuple(s for i, s in enumerate(p.rhs) if i not in drop)
-                if not rhs or rhs == (p.lhs,):
+                rhs = tuple(s for i, s in enumerate(p.rhs) if i not in drop) if drop else p.rhs
+                if not rhs or rhs == (p.lhs,) or (p.lhs, rhs) in seen:
                     continue
-                q = Production(p.lhs, rhs)
-                if q not in seen:
-                    seen.add(q)
-                    out.append(q)
-                    if len(out) > limits.max_productions:
-                        raise LimitExceeded("max_productions", limits.max_productions)
+                seen.add((p.lhs, rhs))
+                out.append(p if rhs is p.rhs else Production(p.lhs, rhs))
+                if len(out) > limits.max_productions:
+                    raise LimitExceeded("max_productions", limits.max_productions)
     return out
 
 
@@ -646,7 +692,7 @@ def _reachable(prods: list[Production], start: int) -> list[Production]:
         nt = stack.pop()
         for p in by_lhs.get(nt, ()):
             for s in p.rhs:
-                if not is_terminal(s) and s not in seen:
+                if s >= 0 and s not in seen:  # a nonterminal (``is_terminal`` inline)
                     seen.add(s)
                     stack.append(s)
     return [p for p in prods if p.lhs in seen]

@@ -17,6 +17,9 @@ from numba import njit
 __all__ = ["subset_construction"]
 
 _NONE = np.zeros(0, np.int64)
+#: ``_subset``'s outcomes: done, past ``max_states``, or run again with room for more states or
+#: more set members
+SUBSET_OK, SUBSET_TOO_BIG, SUBSET_MORE_STATES, SUBSET_MORE_MEMBERS = 0, 1, 2, 3
 
 _FNV_PRIME = np.uint64(0x100000001B3)
 _FNV_BASIS = np.uint64(0xCBF29CE484222325)
@@ -59,27 +62,35 @@ def _closure(seeds, n_seeds, eps_start, eps_to, important, stamp, mark, stack, o
 
 @njit(cache=True, nogil=True)
 def _subset(n_nfa, start, final, k, eps_start, eps_to, important, edge_start, e_lo, e_hi, e_to,
-            max_states):  # pragma: no cover - jitted
-    """Returns (table [n, k] int32, accepting [n] bool, ok); ``ok`` is False past ``max_states``."""
+            max_states, cap, buf_cap):  # pragma: no cover - jitted
+    """Returns (table [n, k] int32, accepting [n] bool, status): ``SUBSET_OK``, ``SUBSET_TOO_BIG``
+    past ``max_states``, or ``SUBSET_MORE_STATES`` / ``SUBSET_MORE_MEMBERS`` when more than ``cap``
+    states or ``buf_cap`` set members are needed (the caller retries with more).
+
+    Every array is sized once: an array grown (reassigned) inside the loop makes numba reload it
+    and count its references on each access, several times slower."""
     stamp = np.zeros(n_nfa, np.int64)
     stack = np.empty(n_nfa, np.int64)
     scratch = np.empty(n_nfa, np.int64)
     mark = 1
-    # interned sets: members in buf[off[d]:off[d + 1]]; per-state arrays start at about the
-    # NFA's size (a terminal's DFA is rarely larger) and double when full
-    cap = 64
-    while cap < n_nfa and cap < 1024:
-        cap *= 2
-    buf = np.empty(max(cap, 4 * n_nfa), np.int64)
+    # interned sets: members in buf[off[d]:off[d + 1]]
+    buf = np.empty(buf_cap, np.int64)
     off = np.zeros(cap + 1, np.int64)
     hashes = np.empty(cap, np.uint64)
-    slots = np.full(2 * cap, -1, np.int64)
+    n_slots = 2
+    while n_slots < 2 * cap:  # at most half full
+        n_slots *= 2
+    slots = np.full(n_slots, -1, np.int64)
+    mask = np.uint64(n_slots - 1)
     table = np.full((cap, k), -1, np.int32)
     accepting = np.zeros(cap, np.bool_)
-    # per-class buckets of move targets
+    # per-class buckets of move targets: at most every edge's classes at once
     count = np.zeros(k + 1, np.int64)
     fill = np.zeros(k, np.int64)
-    bucket = np.empty(16, np.int64)
+    most = 0
+    for e in range(e_lo.shape[0]):
+        most += e_hi[e] - e_lo[e]
+    bucket = np.empty(max(most, 1), np.int64)
 
     n_states = 0
     seeds = np.empty(1, np.int64)
@@ -87,11 +98,13 @@ def _subset(n_nfa, start, final, k, eps_start, eps_to, important, edge_start, e_
     # the start state
     n = _closure(seeds, 1, eps_start, eps_to, important, stamp, mark, stack, scratch)
     mark += 1
+    if n > buf_cap:
+        return table[:0], accepting[:0], SUBSET_MORE_MEMBERS
     buf[:n] = scratch[:n]
     off[1] = n
     h = _hash(buf, 0, n)
     hashes[0] = h
-    slots[h & np.uint64(slots.shape[0] - 1)] = 0
+    slots[h & mask] = 0
     n_states = 1
 
     i = 0
@@ -110,8 +123,6 @@ def _subset(n_nfa, start, final, k, eps_start, eps_to, important, edge_start, e_
                     count[c + 1] += 1
                 total += e_hi[e] - e_lo[e]
         accepting[i] = has_final
-        if total > bucket.shape[0]:
-            bucket = np.empty(2 * total, np.int64)
         for c in range(k):
             count[c + 1] += count[c]
         for c in range(k):
@@ -145,7 +156,6 @@ def _subset(n_nfa, start, final, k, eps_start, eps_to, important, edge_start, e_
             if n == 0:
                 continue  # nothing can follow: dead
             h = _hash(scratch, 0, n)
-            mask = np.uint64(slots.shape[0] - 1)
             slot = h & mask
             d = -1
             while True:
@@ -165,42 +175,20 @@ def _subset(n_nfa, start, final, k, eps_start, eps_to, important, edge_start, e_
                 slot = (slot + np.uint64(1)) & mask
             if d < 0:
                 if n_states >= max_states:
-                    return table[:0], accepting[:0], False
+                    return table[:0], accepting[:0], SUBSET_TOO_BIG
+                if n_states >= cap:
+                    return table[:0], accepting[:0], SUBSET_MORE_STATES
                 d = n_states
+                if off[d] + n > buf_cap:
+                    return table[:0], accepting[:0], SUBSET_MORE_MEMBERS
                 n_states += 1
-                if d + 1 >= off.shape[0]:  # grow per-state arrays
-                    cap = 2 * off.shape[0]
-                    off2 = np.zeros(cap, np.int64)
-                    off2[: off.shape[0]] = off
-                    off = off2
-                    hashes2 = np.empty(cap, np.uint64)
-                    hashes2[: hashes.shape[0]] = hashes
-                    hashes = hashes2
-                    table2 = np.full((cap, k), -1, np.int32)
-                    table2[: table.shape[0]] = table
-                    table = table2
-                    acc2 = np.zeros(cap, np.bool_)
-                    acc2[: accepting.shape[0]] = accepting
-                    accepting = acc2
-                if off[d] + n > buf.shape[0]:
-                    buf2 = np.empty(2 * (off[d] + n), np.int64)
-                    buf2[: off[d]] = buf[: off[d]]
-                    buf = buf2
                 buf[off[d] : off[d] + n] = scratch[:n]
                 off[d + 1] = off[d] + n
                 hashes[d] = h
                 slots[slot] = d
-                if 2 * n_states > slots.shape[0]:  # rehash at half load
-                    slots = np.full(2 * slots.shape[0], -1, np.int64)
-                    mask = np.uint64(slots.shape[0] - 1)
-                    for q in range(n_states):
-                        sl = hashes[q] & mask
-                        while slots[sl] >= 0:
-                            sl = (sl + np.uint64(1)) & mask
-                        slots[sl] = q
             table[i, c] = d
         i += 1
-    return table[:n_states].copy(), accepting[:n_states].copy(), True
+    return table[:n_states].copy(), accepting[:n_states].copy(), SUBSET_OK
 
 
 @njit(cache=True, nogil=True)
@@ -266,9 +254,22 @@ def _subset_of_lists(n_nfa, start, final, eps_len, eps_to, edge_len, flat, offse
     important[final] = True
     if not boundary[256]:  # the last class runs to byte 255
         k += 1
-    table, accepting, ok = _subset(n_nfa, start, final, k, eps_start, eps_to, important, edge_start, e_lo, e_hi,
-                                   e_to, max_states)
-    return table, accepting, byte_to_class, ok
+    # per-state arrays start at about the NFA's size (a terminal's DFA is rarely larger), set
+    # members at four per NFA state; a call that needs more is run again with four times more
+    cap = 64
+    while cap < n_nfa and cap < 1024:
+        cap *= 2
+    cap = min(cap, max_states + 1)
+    buf_cap = max(cap, 4 * n_nfa)
+    while True:
+        table, accepting, status = _subset(n_nfa, start, final, k, eps_start, eps_to, important, edge_start, e_lo,
+                                           e_hi, e_to, max_states, cap, buf_cap)
+        if status == SUBSET_MORE_STATES:
+            cap = min(4 * cap, max_states + 1)
+        elif status == SUBSET_MORE_MEMBERS:
+            buf_cap *= 4
+        else:
+            return table, accepting, byte_to_class, status == SUBSET_OK
 
 
 def subset_construction(eps: list[list[int]], edges: list[list[tuple[int, int, int]]], offset: list[int],

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pickle
 import random
+import re
 
 import numpy as np
 import pytest
 
-from grammars import Compiler, TokenVocabulary
+from grammars import Compiler, LimitExceeded, Limits, TokenVocabulary
 from grammars.automata import compile_regular
 from grammars.automata.byte_dfa import ByteDFA, byte_classes, difference, from_transitions, intersect
 from grammars.frontends import parse_regex
@@ -31,6 +32,46 @@ def test_products_agree_with_both_operands(p, q):
     for s in _strings(random.Random(p + q)) + [b""]:
         assert both.matches(s) == (a.matches(s) and b.matches(s)), (p, q, s)
         assert minus.matches(s) == (a.matches(s) and not b.matches(s)), (p, q, s)
+
+
+def _reachable_pairs(a: ByteDFA, b: ByteDFA) -> int:
+    seen, todo = {(a.start, b.start)}, [(a.start, b.start)]
+    while todo:
+        x, y = todo.pop()
+        for c in range(256):
+            pair = (int(a.table[x, c]), int(b.table[y, c]))
+            if min(pair) >= 0 and pair not in seen:
+                seen.add(pair)
+                todo.append(pair)
+    return len(seen)
+
+
+def test_products_past_their_first_capacity_are_run_again_with_more():
+    # "a 7th from the end" (128 states) times "a length divisible by 5" (5): 640 reachable pairs,
+    # past the kernel's first guess (about the operands' sizes), so the call is repeated with
+    # room for more (the minimal result is small: the two conditions fix each other's phase)
+    a, b = compile_regular(parse_regex("[ab]*a[ab]{6}")), compile_regular(parse_regex("([ab]{5})*"))
+    assert _reachable_pairs(a, b) > 2 * (a.n_states + b.n_states) + 64
+    both, minus = intersect(a, b), difference(a, b)
+    rnd = random.Random(1)
+    for s in [bytes(rnd.choice(b"ab") for _ in range(rnd.randrange(16))) for _ in range(3000)]:
+        assert both.matches(s) == (a.matches(s) and b.matches(s)), s
+        assert minus.matches(s) == (a.matches(s) and not b.matches(s)), s
+    with pytest.raises(LimitExceeded):
+        intersect(a, b, Limits(max_dfa_states=_reachable_pairs(a, b) - 1))
+
+
+def test_subset_construction_past_its_first_capacity_is_run_again_with_more():
+    # 2**12 states of one NFA of a few dozen: past the first guess of both the state arrays
+    # (1,024) and the set members (four per NFA state)
+    pattern = re.compile(rb"[ab]*a[ab]{11}")
+    dfa = compile_regular(parse_regex("[ab]*a[ab]{11}"))
+    assert dfa.n_states == 2 ** 12
+    rnd = random.Random(2)
+    for s in [bytes(rnd.choice(b"ab") for _ in range(rnd.randrange(20))) for _ in range(2000)]:
+        assert dfa.matches(s) == bool(pattern.fullmatch(s)), s
+    with pytest.raises(LimitExceeded):
+        compile_regular(parse_regex("[ab]*a[ab]{11}"), Limits(max_dfa_states=3000))
 
 
 def test_string_not_in_matches_the_complement_of_every_encoding():
