@@ -45,3 +45,13 @@ def test_products_and_regex_round_trip():
 def test_too_many_states_is_a_limit():
     with pytest.raises(LimitExceeded):
         CodePointDFA.of(parse_regex(r"[ab]*a[ab]{13}"))  # 2**14 states at the code-point level
+
+
+@pytest.mark.parametrize("word", ["", "a", "name", "aaa", "naïve\U0001f600", "x" * 50])
+def test_one_word_is_its_chain_of_characters(word):
+    # the one-word shortcut of ``of_words`` gives the trie of the word (already minimal)
+    dfa = CodePointDFA.of_words([word], max_states=len(word) or 1)
+    assert (dfa.trans, dfa.accept) == (CodePointDFA.of_strings([word]).trans, CodePointDFA.of_strings([word]).accept)
+    if word:
+        with pytest.raises(LimitExceeded):
+            CodePointDFA.of_words([word], max_states=len(word) - 1)

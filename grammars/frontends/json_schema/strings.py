@@ -389,6 +389,14 @@ def _spelled(chars, max_rows: int) -> ByteDFA:
     count = first + len(chars.trans)
     for q, row in enumerate(chars.trans):
         here = first + q
+        if len(row) == 1 and row[0][0] == row[0][1]:  # one character on (every state of a lone key)
+            rel_src, rel_byte, rel_dst, fresh = _edge_template(row[0][0])
+            ends = (here, first + row[0][2])  # relative states -1 and -2: the edge's source and target
+            src += [count + r if r >= 0 else ends[-1 - r] for r in rel_src]
+            byte += rel_byte
+            dst += [count + r if r >= 0 else ends[-1 - r] for r in rel_dst]
+            count += fresh
+            row = ()
         local: dict[tuple[int, bytes], int] = {}  # (state, step) -> the state it leads to, within q's escapes
         for cp, _, target in row:
             for path in _spellings(cp):
@@ -415,6 +423,33 @@ def _spelled(chars, max_rows: int) -> ByteDFA:
             byte.append(0x22)
             dst.append(CLOSED)
     return from_transitions(count, src, byte, dst, [CLOSED])
+
+
+@lru_cache(maxsize=4096)
+def _edge_template(cp: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
+    """The transitions ``_spelled`` lays out for one character edge, once per character:
+    (sources, bytes, targets, new states), a state written -1 for the edge's source, -2 for its
+    target and 0.. for the escape paths' own states in the order they are made."""
+    src: list[int] = []
+    byte: list[int] = []
+    dst: list[int] = []
+    local: dict[tuple[int, bytes], int] = {}
+    fresh = 0
+    for path in _spellings(cp):
+        at = -1
+        for step in path[:-1]:
+            nxt = local.get((at, step))
+            if nxt is None:
+                nxt = local[(at, step)] = fresh
+                fresh += 1
+                src.extend(at for _ in step)
+                byte.extend(step)
+                dst.extend(nxt for _ in step)
+            at = nxt
+        src.extend(at for _ in path[-1])
+        byte.extend(path[-1])
+        dst.extend(-2 for _ in path[-1])
+    return tuple(src), tuple(byte), tuple(dst), fresh
 
 
 @lru_cache(maxsize=4096)
