@@ -899,16 +899,6 @@ def _pattern_sides(pattern: str | None, site: str, patterns: list) -> tuple[list
     return include, [(p, w) for p, w, positive in patterns if not positive]
 
 
-def _names_excluded(c: SchemaContext, names: list[str]) -> Expr:
-    """``scalars.string_not_in(names)``, once per compile: the open objects of a schema often
-    share their property names (a definition used in many places), and each difference is a DFA
-    product."""
-    key = tuple(names)
-    if key not in c.names_excluded:
-        c.names_excluded[key] = scalars.string_not_in(names)
-    return c.names_excluded[key]
-
-
 def _string_language(c: SchemaContext, keywords: dict, include: list, exclude: list, names, where: str,
                      keyword: str = "pattern") -> Expr:
     """String tokens under ``keywords``, matching every ``include`` pattern and no ``exclude``
@@ -921,7 +911,7 @@ def _string_language(c: SchemaContext, keywords: dict, include: list, exclude: l
     """
     names = sorted(set(names))
     if not include and not exclude and not keywords:
-        return _names_excluded(c, names)
+        return scalars.string_not_in(names)
     if exclude:
         try:
             language = _value_language(c, _language_ops(include, exclude, names))
@@ -935,7 +925,7 @@ def _string_language(c: SchemaContext, keywords: dict, include: list, exclude: l
     pieces = [c.string_schema(first, where, pattern_at=include[0][1] if include else None)]
     pieces += [c.string_schema({"pattern": p}, where, pattern_at=site) for p, site in include[1:]]
     if names:
-        pieces.append(_names_excluded(c, names))
+        pieces.append(scalars.string_not_in(names))
     if len(pieces) == 1:
         return pieces[0]
     try:

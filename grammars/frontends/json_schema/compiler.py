@@ -211,7 +211,6 @@ class SchemaCompiler:
         self.pattern_dfas: dict = {}  # pattern -> CodePointDFA (combinators)
         self.canonical_sets: dict = {}  # id(list) -> (list, its canonical values) (combinators.evaluate)
         self.enum_unions: dict = {}  # anyOf of one-enum branches -> their values (combinators.apply_any_of)
-        self.names_excluded: dict = {}  # sorted names -> string tokens of any other value (combinators)
         self._narrowed: list[str] = []
         self._depth = 0  # in-place applications (``apply``) now open
         self._value_depth = 0  # values (``value``) now being built inline, up the Python stack

@@ -274,8 +274,6 @@ class SchemaContext(Protocol):
     canonical_sets: dict
     #: pointer of an ``anyOf``'s first branch -> the union of its one-enum branches, or None
     enum_unions: dict
-    #: tuple of sorted names -> the string tokens of every other value, memoised by ``combinators``
-    names_excluded: dict
 
     def value(self, parts: Iterable[Located], *, rule: bool = False) -> Expr: ...
     def conjunction(self, parts: Iterable[Located]) -> Conjunction: ...
