@@ -193,6 +193,10 @@ def _is_pydantic_model(schema: object) -> bool:
     return isinstance(schema, type) and callable(getattr(schema, "model_json_schema", None))
 
 
+#: set once the JSON Schema front end's compiled kernels are loaded (``strings.load_kernels``)
+_JSON_SCHEMA_KERNELS = Event()
+
+
 def _check_schema(schema: object, where: str) -> None:
     """A schema is a dict, a bool, JSON text (str or UTF-8 bytes) or a Pydantic model class."""
     if not (isinstance(schema, (dict, bool, str, bytes, bytearray)) or _is_pydantic_model(schema)):
@@ -315,6 +319,11 @@ class Compiler:
             parse_json_schema,
         )
         from grammars.frontends.json_schema.document import canonical_json
+        from grammars.frontends.json_schema.strings import load_kernels
+
+        if not _JSON_SCHEMA_KERNELS.is_set():  # once per process, before the first schema's own work
+            load_kernels()
+            _JSON_SCHEMA_KERNELS.set()
 
         opts = JsonSchemaOptions(**options)
         with _nesting_guard():

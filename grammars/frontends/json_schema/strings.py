@@ -664,6 +664,16 @@ class LengthBudgetExceeded(LimitExceeded):
         super().__init__("max_length_states", budget, message)
 
 
+def load_kernels() -> None:
+    """Call this module's compiled kernels once, with the argument types compiles pass them
+    (numba loads their machine code on a first call, ~0.1 s each, or compiles it where the
+    kernel cache is empty or stale, seconds): setup time, not the first schema's that bounds a
+    string's length. ``Compiler.compile_json_schema`` calls it once per process."""
+    body = length_bounded_body(0, None)  # read-only int32 table, as every ByteDFA's
+    _restrict_length(body, 0, 1, MAX_LENGTH_STATES)  # _length_product
+    _canonical(np.full((1, 256), -1, dtype=np.int64), np.ones(1, dtype=bool), 0)  # _bfs_order
+
+
 def restrict_length(body: ByteDFA, min_length: int, max_length: int | None, limits: Limits = Limits()) -> ByteDFA:
     """The bodies of ``body`` that have ``min_length..max_length`` characters (``None``: unbounded).
 

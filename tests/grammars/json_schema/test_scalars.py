@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from functools import lru_cache
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from shared_data import vocab_file
 
 from grammars.automata.byte_dfa import ByteDFA, compile_regular, intersect
 from grammars.errors import GrammarError, UnsupportedSchemaError
@@ -320,3 +323,20 @@ def test_conjunctions_of_patterns_lengths_and_excluded_values_match_the_oracle(b
     strings = ["", "a", "b", "ab", "ba", "abc", "cab", "aab", "abcabc", "abcabca", "bca", "x", "xy", "xxxx",
                "axxy", "xabc", "yyyx", "xaay", "é", "aé b", "a\u00e9"]
     assert not Checker(byte_vocab).disagreements(schema, strings)
+
+
+def test_the_first_schema_compile_loads_the_length_kernels():
+    # a kernel signature first met inside a compile is compiled (or loaded) there, seconds charged
+    # to that schema: the first compile of any schema loads them before its own work
+    script = (
+        "from grammars import Compiler, TokenVocabulary\n"
+        "from grammars.frontends.json_schema import strings\n"
+        f"compiler = Compiler(TokenVocabulary.from_pretrained({str(vocab_file('gpt-2'))!r}))\n"
+        "compiler.compile_json_schema({'type': 'integer'})\n"
+        "before = len(strings._length_product.signatures), len(strings._bfs_order.signatures)\n"
+        "compiler.compile_json_schema({'type': 'string', 'minLength': 2, 'maxLength': 7, 'pattern': '^[a-z]+$'})\n"
+        "after = len(strings._length_product.signatures), len(strings._bfs_order.signatures)\n"
+        "print(before == after, min(before) > 0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True"]
