@@ -108,7 +108,11 @@ def _hash_tree(root: _Node) -> int:
     """The hash of ``root``: a hash of its fields, its children by their cached hashes, so an
     expression nested deeper than Python's recursion limit hashes too (a plain ``hash`` of nested
     tuples recurses once per level)."""
-    return _cached_bottom_up(root, "_hash", lambda node: hash((type(node), *[node.__dict__[n] for n in node._names])))
+    return _cached_bottom_up(root, "_hash", _own_hash)
+
+
+def _own_hash(node: _Node) -> int:
+    return hash((type(node), *[node.__dict__[n] for n in node._names]))
 
 
 _NO_REFERENCES: tuple[str, ...] = ()
@@ -145,15 +149,10 @@ def _derived(node: Seq | Alt) -> Seq | Alt:
     walk): one step here replaces a ``_cached_bottom_up`` walk later, which re-checks every item
     for each of the thousands of states of an object's member automaton."""
     d = node.__dict__
-    items = d["items"]
-    d["_hash"] = hash((type(node), items))  # as ``_hash_tree`` computes it
-    found = [r for k in items if isinstance(k, _Node) and (r := references(k))]
-    if not found:
-        d["_refs"] = _NO_REFERENCES
-    elif len(found) == 1:
-        d["_refs"] = found[0]
-    else:
-        d["_refs"] = tuple(dict.fromkeys(chain.from_iterable(found)))
+    for item in d["items"]:
+        references(item)  # cached on the item (a walk only for an item built without the constructors)
+    d["_hash"] = _own_hash(node)
+    d["_refs"] = _own_references(node)
     return node
 
 

@@ -296,8 +296,7 @@ class _Lowering:
         frame each cost most of their lowering."""
         if self._is_regular(expr):
             if isinstance(expr, (Seq, Ref, Repeat, Alt)):
-                hit = self._runs_seen.get((id(expr),))
-                return hit[1] if hit is not None else _LATER
+                return self._run_symbols_now([expr])
             return self._terminal_symbols(expr)
         if isinstance(expr, Ref):
             nt = self.nt_index.get(("rule", expr.name))
@@ -310,12 +309,10 @@ class _Lowering:
                     run.append(item)
                     continue
                 if run:
-                    hit = self._runs_seen.get(tuple(map(id, run)))
-                    if hit is None:
-                        return _LATER
-                    if hit[1] is None:
-                        return None
-                    out.extend(hit[1])
+                    piece = self._run_symbols_now(run)
+                    if piece is None or piece is _LATER:
+                        return piece
+                    out.extend(piece)  # type: ignore[arg-type]
                     run = []
                 if item is not None:
                     piece = self._symbols_now(item)
@@ -324,6 +321,11 @@ class _Lowering:
                     out.extend(piece)  # type: ignore[arg-type]
             return tuple(out)
         return _LATER
+
+    def _run_symbols_now(self, run: list[Expr]) -> tuple[int, ...] | None | object:
+        """``_run_symbols``' memoised value for ``run``, else ``_LATER``."""
+        hit = self._runs_seen.get(tuple(map(id, run)))
+        return hit[1] if hit is not None else _LATER
 
     def _run_symbols(self, run: list[Expr]) -> Frame:  # -> tuple[int, ...] | None
         """``_run_symbols_of``, memoised by the identity of the run's items: the states of an
@@ -475,8 +477,9 @@ class _Lowering:
                     run.append(item)
                     continue
                 if run:
-                    hit = self._runs_seen.get(tuple(map(id, run)))
-                    piece = hit[1] if hit is not None else (yield self._run_symbols(run))
+                    piece = self._run_symbols_now(run)
+                    if piece is _LATER:
+                        piece = yield self._run_symbols(run)
                     if piece is None:
                         return None
                     out.extend(piece)
@@ -488,8 +491,9 @@ class _Lowering:
                     return None
                 out.extend(piece)
             if run:
-                hit = self._runs_seen.get(tuple(map(id, run)))
-                piece = hit[1] if hit is not None else (yield self._run_symbols(run))
+                piece = self._run_symbols_now(run)
+                if piece is _LATER:
+                    piece = yield self._run_symbols(run)
                 if piece is None:
                     return None
                 out.extend(piece)
@@ -646,8 +650,7 @@ def _split_nullable_heavy(prods: list[Production], n_nt: int,
     work = list(prods)
     while work:
         p = work.pop()
-        count = sum(1 for s in p.rhs if not is_terminal(s) and s in nullable)
-        if count <= MAX_NULLABLE_PER_PRODUCTION or len(p.rhs) <= 2:
+        if not heavy(p):  # against the nullable set as it stands after the splits so far
             out.append(p)
             continue
         half = len(p.rhs) // 2

@@ -79,12 +79,12 @@ class CodePointDFA:
         rest is built. Start state 0; the empty set gives the empty language.
         """
         ordered = sorted(set(words))
-        if len(ordered) == 1:  # one word (an object's key): its chain of characters is the minimal DFA
+        if len(ordered) == 1:  # one word (an object's key): its trie, a chain, is the minimal DFA
             word = ordered[0]
             if len(word) > max_states:
                 raise LimitExceeded("max_dfa_states", max_states,
                                     f"the automaton of this string needs more than {max_states} states")
-            return cls([[(ord(ch), ord(ch), i + 1)] for i, ch in enumerate(word)] + [[]], [False] * len(word) + [True])
+            return cls.of_strings(ordered)
         edges: list[dict[int, int]] = [{}]
         final = [False]
         register: dict[tuple, int] = {}

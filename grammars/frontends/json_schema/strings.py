@@ -396,25 +396,8 @@ def _spelled(chars, max_rows: int) -> ByteDFA:
             byte += rel_byte
             dst += [count + r if r >= 0 else ends[-1 - r] for r in rel_dst]
             count += fresh
-            row = ()
-        local: dict[tuple[int, bytes], int] = {}  # (state, step) -> the state it leads to, within q's escapes
-        for cp, _, target in row:
-            for path in _spellings(cp):
-                at = here
-                for step in path[:-1]:
-                    nxt = local.get((at, step))
-                    if nxt is None:
-                        nxt = local[(at, step)] = count
-                        count += 1
-                        for b in step:
-                            src.append(at)
-                            byte.append(b)
-                            dst.append(nxt)
-                    at = nxt
-                for b in path[-1]:
-                    src.append(at)
-                    byte.append(b)
-                    dst.append(first + target)
+        else:
+            count = _lay_out_row([(cp, first + target) for cp, _, target in row], here, count, src, byte, dst)
         if count > max_rows:
             raise LimitExceeded("max_dfa_states", max_rows // 2, f"the string values need more than {max_rows} "
                                 "DFA states before minimisation")
@@ -425,30 +408,39 @@ def _spelled(chars, max_rows: int) -> ByteDFA:
     return from_transitions(count, src, byte, dst, [CLOSED])
 
 
+def _lay_out_row(edges: list[tuple[int, int]], here: int, count: int, src: list[int], byte: list[int],
+                 dst: list[int]) -> int:
+    """Append the transitions of one state's character edges ``(code point, target)`` in every
+    encoding, the escape paths sharing their prefixes (new states numbered from ``count``);
+    returns the next free state number."""
+    local: dict[tuple[int, bytes], int] = {}  # (state, step) -> the state it leads to, within the escapes
+    for cp, target in edges:
+        for path in _spellings(cp):
+            at = here
+            for step in path[:-1]:
+                nxt = local.get((at, step))
+                if nxt is None:
+                    nxt = local[(at, step)] = count
+                    count += 1
+                    src += [at] * len(step)
+                    byte += step
+                    dst += [nxt] * len(step)
+                at = nxt
+            src += [at] * len(path[-1])
+            byte += path[-1]
+            dst += [target] * len(path[-1])
+    return count
+
+
 @lru_cache(maxsize=4096)
 def _edge_template(cp: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
-    """The transitions ``_spelled`` lays out for one character edge, once per character:
-    (sources, bytes, targets, new states), a state written -1 for the edge's source, -2 for its
-    target and 0.. for the escape paths' own states in the order they are made."""
+    """``_lay_out_row`` of one character edge, once per character: (sources, bytes, targets, new
+    states), a state written -1 for the edge's source, -2 for its target and 0.. for the escape
+    paths' own states."""
     src: list[int] = []
     byte: list[int] = []
     dst: list[int] = []
-    local: dict[tuple[int, bytes], int] = {}
-    fresh = 0
-    for path in _spellings(cp):
-        at = -1
-        for step in path[:-1]:
-            nxt = local.get((at, step))
-            if nxt is None:
-                nxt = local[(at, step)] = fresh
-                fresh += 1
-                src.extend(at for _ in step)
-                byte.extend(step)
-                dst.extend(nxt for _ in step)
-            at = nxt
-        src.extend(at for _ in path[-1])
-        byte.extend(path[-1])
-        dst.extend(-2 for _ in path[-1])
+    fresh = _lay_out_row([(cp, -2)], -1, 0, src, byte, dst)
     return tuple(src), tuple(byte), tuple(dst), fresh
 
 
