@@ -156,12 +156,12 @@ def apply_one_of(c: SchemaContext, conj: Conjunction, part: Located, value: Any)
     _disjunction(conj, "oneOf", part.where, [(b,) for b in branches])
 
 
-def _disjunction(conj: Conjunction, keyword: str, where: str, branches: list) -> None:
+def _disjunction(conj: Conjunction, keyword: str, where: str, branches: list, negated: Located | None = None) -> None:
 
     if not branches:
         conj.types = frozenset()
     else:
-        conj.pending.append(Disjunction(keyword, where, branches))
+        conj.pending.append(Disjunction(keyword, where, branches, negated))
 
 
 def apply_not(c: SchemaContext, conj: Conjunction, part: Located, value: Any) -> None:
@@ -177,7 +177,7 @@ def _apply_negation(c: SchemaContext, conj: Conjunction, sub: Located, where: st
     elif len(alternatives) == 1:
         c.apply(conj, alternatives[0])
     else:
-        _disjunction(conj, "not", where, [(a,) for a in alternatives])
+        _disjunction(conj, "not", where, [(a,) for a in alternatives], negated=sub)
 
 
 def apply_if(c: SchemaContext, conj: Conjunction, part: Located, value: Any) -> None:

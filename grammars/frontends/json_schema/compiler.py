@@ -202,6 +202,8 @@ class SchemaCompiler:
         self.back_references = 0
         self._validators: dict[str, Any] = {}
         self._satisfied: dict[tuple[str, str], bool] = {}
+        #: negated schema pointer -> its leaves, None where they cannot be built (``_excludes``)
+        self._negated_leaves: dict[str, list[Conjunction] | None] = {}
         self._names: set[str] = set()
         self._suffixes: dict[str, int] = {}  # hint -> last ``~n`` handed out for it
         self._relaxed: list[Relaxation] = []
@@ -551,6 +553,8 @@ class SchemaCompiler:
             return [conj]
         rest = conj.copy()
         disjunction = rest.pending.pop(0)
+        if disjunction.negated is not None and self._excludes(rest, disjunction.negated):
+            return self.leaves(rest, budget, origin)
         groups: list[list[Conjunction]] = []
         for branch in disjunction.branches:
             option = rest.copy()
@@ -572,6 +576,33 @@ class SchemaCompiler:
             if overlapping:
                 groups = self._exclusive(rest, disjunction, overlapping, groups, budget)
         return [leaf for group in groups for leaf in group]
+
+    def _excludes(self, conj: Conjunction, negated: Located) -> bool:
+        """Is ``conj`` provably disjoint from ``negated``, so that ``not negated`` adds nothing?
+
+        A negation distributes into a leaf per way to fail (for an object, one per member and
+        per required name). Where the rest already excludes the schema (items of two ``oneOf``
+        branches whose required member differs in type), those leaves only cut ``conj`` into
+        pieces, each its own object automaton. The negated schema's leaves are a probe: what
+        building them records (relaxations, ignored keywords) is dropped, and a schema they
+        cannot be built for is not excluded. ``conj``'s atoms are left out as ``leaves`` does
+        for ``oneOf``: judging an enum by them is judging it by the negation itself."""
+        if negated.pointer not in self._negated_leaves:
+            marks = len(self._relaxed), len(self._ignored), len(self._narrowed)
+            probes: list[Conjunction] | None
+            try:
+                probes = self.leaves(self.conjunction([negated]), [self.options.max_combinations])
+            except (UnsupportedSchemaError, LimitExceeded, GrammarError):
+                probes = None
+            finally:
+                del self._relaxed[marks[0]:], self._ignored[marks[1]:], self._narrowed[marks[2]:]
+            self._negated_leaves[negated.pointer] = probes
+        probes = self._negated_leaves[negated.pointer]
+        if probes is None:
+            return False
+        probe = conj.copy()
+        probe.atoms = []
+        return all(combinators.provably_disjoint(self, probe, leaf) for leaf in probes)
 
     def _exclusive(self, rest: Conjunction, disjunction: Disjunction, overlapping: set, groups: list, budget: list[int]) -> list:
         """``oneOf`` whose branches may overlap: branch ``i`` and not every branch it overlaps.

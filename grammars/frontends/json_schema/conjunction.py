@@ -165,6 +165,9 @@ class Disjunction:
     keyword: str  # anyOf | oneOf | not | if | dependencies ...
     where: str
     branches: list[tuple[Located, ...]]
+    #: for ``not``: the schema whose negation the branches are; the disjunction holds at once for
+    #: a conjunction provably disjoint from it (``SchemaCompiler.leaves``)
+    negated: Located | None = None
 
 
 @dataclass

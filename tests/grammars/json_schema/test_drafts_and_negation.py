@@ -2,7 +2,8 @@
 
 Both were found by the full MaskBench run: a draft-04 ``not``/``oneOf`` over ``items`` accepted
 every array (the negation is written with ``contains``, which the draft-04 keyword filter
-dropped), and a recursive ``oneOf`` sent the disjointness test into unbounded recursion.
+dropped), and a recursive ``oneOf`` sent the disjointness test into unbounded recursion. A
+negation the rest of its conjunction already implies is dropped (provably disjoint from it).
 """
 
 from __future__ import annotations
@@ -13,6 +14,11 @@ import pytest
 from schema_check import Checker, oracle
 
 from grammars import UnsupportedSchemaError
+from grammars.frontends.json_schema import (
+    JsonSchemaOptions,
+    load_schema,
+    parse_json_schema,
+)
 
 DRAFT4 = "http://json-schema.org/draft-04/schema#"
 DRAFT6 = "http://json-schema.org/draft-06/schema#"
@@ -123,3 +129,49 @@ def test_one_of_overlapping_only_on_a_float_twin_is_not_disjoint(checker):
     validator = oracle(schema)
     for text in ["1", "1.0", "3", "2.5", "2"]:
         assert checker.accepts(schema, text) == validator.is_valid(json.loads(text)), text
+
+
+def _repository(url: dict, kind: str) -> dict:
+    return {"type": "object", "required": ["alias", "url", "enabled", "kind", "gpg", "priority"],
+            "properties": {"alias": {"type": "string", "minLength": 1}, "url": url, "enabled": {"type": "boolean"},
+                           "kind": {"enum": [kind, None]}, "gpg": {"type": "boolean"}, "priority": {"type": "integer"}}}
+
+
+def _repositories(keyword: str, *items: dict) -> dict:
+    return {"type": "object", "required": ["repos"],
+            keyword: [{"properties": {"repos": {"type": "array", "items": item}}} for item in items]}
+
+
+URL_STRING = _repository({"type": "string"}, "a")
+URL_LIST = _repository({"type": "array", "items": {"type": "string"}}, "b")
+URL_LONG = _repository({"type": "string", "minLength": 3}, "b")
+
+
+def _rules(schema: dict) -> int:
+    return len(parse_json_schema(load_schema(schema), JsonSchemaOptions(property_order="any")).rules)
+
+
+def test_a_negation_the_rest_excludes_is_dropped():
+    """Two ``oneOf`` branches overlap (``{"repos": []}`` matches both), so each takes the other's
+    negation, down to its array items: "an item that is not the other branch's item". Where the
+    items are provably disjoint (``url`` a string in one, a list in the other) that negation
+    holds for every item already; distributed, it was one any-order object automaton per way to
+    fail (per member, per required name), 23 times the rules of one branch. Dropped, the grammar
+    is a few copies of each branch's items. Items that do overlap keep their negation."""
+    single = _rules(_repositories("allOf", URL_STRING))
+    assert _rules(_repositories("oneOf", URL_STRING, URL_LIST)) < 5 * single
+    assert _rules(_repositories("oneOf", URL_STRING, URL_LONG)) > 10 * single
+
+
+@pytest.mark.parametrize("other", [URL_LIST, URL_LONG], ids=["disjoint", "overlapping"])
+def test_one_of_with_negated_items_matches_the_oracle(checker, other):
+    schema = _repositories("oneOf", URL_STRING, other)
+    base = {"alias": "x", "enabled": True, "gpg": False, "priority": 1}
+    a = dict(base, url="http", kind="a")
+    b_list = dict(base, url=["u"], kind="b")
+    b_long = dict(base, url="http", kind="b")
+    shared = dict(base, url="http", kind=None)  # an item of both URL_STRING and URL_LONG
+    instances = [{"repos": []}, {"repos": [a]}, {"repos": [b_list]}, {"repos": [b_long]}, {"repos": [shared]},
+                 {"repos": [a, shared]}, {"repos": [shared, b_long]}, {"repos": [a, b_list]},
+                 {"repos": [dict(a, priority=1.5)]}, {"repos": [{k: v for k, v in a.items() if k != "gpg"}]}, {}]
+    assert checker.disagreements(schema, instances, property_order="any") == []
