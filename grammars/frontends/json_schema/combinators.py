@@ -658,26 +658,19 @@ def evaluate(c: SchemaContext, part: Located, value: Any, enum_known: bool = Fal
         kind, inner = part.origin
         if kind == "not":
             return not evaluate(c, inner, value)
-    node = part.node
-    if isinstance(node, bool):
-        return node
-    internal = {k: v for k, v in node.items() if k.startswith("corral:")}
-    plain = {k: v for k, v in node.items() if not k.startswith("corral:")} if internal else node
-    pointer = part.pointer
-    if enum_known and ("enum" in plain or "const" in plain):
-        plain = {k: v for k, v in plain.items() if k not in ("enum", "const")}
-        pointer += "!enum-known"
-    searched = _pattern_only(c, plain)
-    if searched is not None:  # what ``jsonschema`` does for it, without building a validator run
-        if isinstance(value, str) and searched.search(value) is None:
+    if isinstance(part.node, bool):
+        return part.node
+    judge = _judge(c, part, enum_known)
+    if judge.searched is not None:  # what ``jsonschema`` does for it, without building a validator run
+        if isinstance(value, str) and judge.searched.search(value) is None:
             return False
-    elif plain:
+    elif judge.plain:
         try:
-            if not c.validator(pointer, plain).is_valid(value):
+            if not c.validator(judge.pointer, judge.plain).is_valid(value):
                 return False
         except Exception as exc:  # jsonschema cannot evaluate this schema (e.g. a regex it rejects)
             raise UnsupportedSchemaError("enum", part.where, f"cannot evaluate values against this schema: {exc}") from None
-    for key, arg in internal.items():
+    for key, arg in judge.internal.items():
         if key == "corral:nots" and any(evaluate(c, s, value) for s in arg):
             return False
         if key == "corral:all" and not all(evaluate(c, s, value) for s in arg):
@@ -692,6 +685,40 @@ def evaluate(c: SchemaContext, part: Located, value: Any, enum_known: bool = Fal
             return False
         # corral:unevaluated*: implied by the real schema holding the keyword, itself an atom
     return True
+
+
+@dataclass(frozen=True)
+class _Judge:
+    """What ``evaluate`` checks of one schema's values, worked out once per schema: its internal
+    keywords, and its other keywords (``plain``, a validator under ``pointer``) or, where they
+    come down to one ``pattern``, that pattern. An enum of hundreds of values filtered by
+    hundreds of leaves' atoms spent most of its time re-sorting each schema's keywords."""
+
+    internal: dict
+    plain: dict
+    pointer: str
+    searched: re.Pattern | None
+
+
+def _judge(c: SchemaContext, part: Located, enum_known: bool) -> _Judge:
+    key = (part.pointer, enum_known)
+    hit = c.value_judges.get(key)
+    if hit is None:
+        node = part.node
+        internal = {k: v for k, v in node.items() if k.startswith("corral:")}
+        plain = {k: v for k, v in node.items() if not k.startswith("corral:")} if internal else node
+        pointer = part.pointer
+        if enum_known:
+            # the enum intersected holds this schema's enum or const, and the union of an
+            # ``anyOf`` of one-enum branches (``_apply_enum_union``): its members pass them
+            known = [k for k in ("enum", "const") if k in plain]
+            if "anyOf" in plain and c.enum_unions.get(c.document.child(part, plain["anyOf"][0], "anyOf", "0").pointer):
+                known.append("anyOf")
+            if known:
+                plain = {k: v for k, v in plain.items() if k not in known}
+                pointer += "!enum-known"
+        hit = c.value_judges[key] = _Judge(internal, plain, pointer, _pattern_only(c, plain))
+    return hit
 
 
 def _pattern_only(c: SchemaContext, node: dict) -> re.Pattern | None:

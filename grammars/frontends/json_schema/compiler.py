@@ -212,6 +212,7 @@ class SchemaCompiler:
         self.disjoint_nesting = 0
         self.pattern_dfas: dict = {}  # pattern -> CodePointDFA (combinators)
         self.canonical_sets: dict = {}  # id(list) -> (list, its canonical values) (combinators.evaluate)
+        self.value_judges: dict = {}  # (schema pointer, enum known) -> what combinators.evaluate checks
         self.enum_unions: dict = {}  # anyOf of one-enum branches -> their values (combinators.apply_any_of)
         self._narrowed: list[str] = []
         self._depth = 0  # in-place applications (``apply``) now open

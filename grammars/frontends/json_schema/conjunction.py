@@ -275,6 +275,8 @@ class SchemaContext(Protocol):
     pattern_dfas: dict
     #: id(list) -> (list, frozenset of its ``canonical`` values), memoised by ``combinators``
     canonical_sets: dict
+    #: (schema pointer, enum known) -> what ``combinators.evaluate`` checks of its values
+    value_judges: dict
     #: pointer of an ``anyOf``'s first branch -> the union of its one-enum branches, or None
     enum_unions: dict
 
