@@ -92,6 +92,21 @@ def test_value_checks_are_memoised_per_schema_and_json_text(monkeypatch):
     assert calls == [1, 1.0, "1"]
 
 
+def test_an_enum_union_is_not_validated_again_for_its_own_members(monkeypatch, checker):
+    """An ``anyOf`` of one-enum branches is applied as the union of their values, so the enum's
+    members pass it by construction: filtering them asks only the schema's other keywords (a
+    ``pattern`` here, searched without a validator), not ``jsonschema`` over every branch."""
+    from grammars.frontends.json_schema.compiler import SchemaCompiler
+
+    built = []
+    validator = SchemaCompiler.validator
+    monkeypatch.setattr(SchemaCompiler, "validator", lambda self, pointer, node: built.append(pointer) or validator(self, pointer, node))
+    schema = {"anyOf": [{"const": "x"}, {"const": "y"}, {"enum": ["z", 1]}], "pattern": "^[xy1]$"}
+    accepted = [text for text in ('"x"', '"y"', '"z"', "1") if checker.accepts(schema, text)]
+    assert accepted == ['"x"', '"y"', "1"] and [oracle(schema).is_valid(json.loads(t)) for t in accepted] == [True] * 3
+    assert built == []
+
+
 def test_enum_under_nested_any_of_matches_the_oracle(checker):
     """``enum`` values filtered leaf by leaf of two nested ``anyOf``s (the memoised checks above)."""
     schema = {"enum": ["ab", "abc", "b", 1, 1.5, "abcdef"],
