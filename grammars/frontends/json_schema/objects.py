@@ -38,8 +38,9 @@ repeating layouts); extra keys cannot be checked for duplicates by a context-fre
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from grammars.errors import GrammarError
 from grammars.frontends.json_schema import combinators
