@@ -593,7 +593,7 @@ class SchemaCompiler:
             probes: list[Conjunction] | None
             try:
                 probes = self.leaves(self.conjunction([negated]), [self.options.max_combinations])
-            except (UnsupportedSchemaError, LimitExceeded, GrammarError):
+            except (UnsupportedSchemaError, LimitExceeded, GrammarError, RecursionError):
                 probes = None
             finally:
                 del self._relaxed[marks[0]:], self._ignored[marks[1]:], self._narrowed[marks[2]:]
