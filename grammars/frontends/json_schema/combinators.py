@@ -712,7 +712,9 @@ def _judge(c: SchemaContext, part: Located, enum_known: bool) -> _Judge:
             # the enum intersected holds this schema's enum or const, and the union of an
             # ``anyOf`` of one-enum branches (``_apply_enum_union``): its members pass them
             known = [k for k in ("enum", "const") if k in plain]
-            if "anyOf" in plain and c.enum_unions.get(c.document.child(part, plain["anyOf"][0], "anyOf", "0").pointer):
+            branches = plain.get("anyOf")
+            if isinstance(branches, list) and branches and \
+                    c.enum_unions.get(c.document.child(part, branches[0], "anyOf", "0").pointer):
                 known.append("anyOf")
             if known:
                 plain = {k: v for k, v in plain.items() if k not in known}
