@@ -848,8 +848,29 @@ def _type_disjoint(c: SchemaContext, t: str, a: Conjunction, b: Conjunction) -> 
                     la, lb = c.leaves(pa), c.leaves(pb)
                     if all(provably_disjoint(c, x, y) for x in la for y in lb):
                         return True
+            if _optional_member_differs(c, oa, ob) or _optional_member_differs(c, ob, oa):
+                return True
         return False
     return False  # null, boolean
+
+
+def _optional_member_differs(c: SchemaContext, required: ObjectRules, optional: ObjectRules) -> bool:
+    """A member ``required`` requires, optional in ``optional``, whose values there are an enum
+    (or const) the other side's values never meet: ``optional`` then rejects it wherever it
+    appears (an optional ``command`` whose enum differs from the one a ``oneOf`` branch requires).
+    Only without pending alternatives on either side: a recursive schema compared member by
+    member through its alternatives grows exponentially with the nesting."""
+    for name in required.required:
+        if name in optional.required:
+            continue  # compared through their leaves (``_type_disjoint``)
+        theirs = member_parts(c, optional, name)
+        if not theirs:
+            continue  # said nothing about it
+        mine, other = c.conjunction(member_parts(c, required, name)), c.conjunction(theirs)
+        if (mine.enum is not None or other.enum is not None) and not mine.pending and not other.pending \
+                and provably_disjoint(c, mine, other):
+            return True
+    return False
 
 
 def member_parts(c: SchemaContext, rules: ObjectRules, name: str) -> list[Located]:

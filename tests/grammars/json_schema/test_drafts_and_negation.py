@@ -190,3 +190,38 @@ def test_one_of_with_negated_items_matches_the_oracle(checker, other):
                  {"repos": [a, shared]}, {"repos": [shared, b_long]}, {"repos": [a, b_list]},
                  {"repos": [dict(a, priority=1.5)]}, {"repos": [{k: v for k, v in a.items() if k != "gpg"}]}, {}]
     assert checker.disagreements(schema, instances, property_order="any") == []
+
+
+def test_a_required_member_is_disjoint_from_an_optional_one_with_other_values(checker):
+    """An object requiring ``command: "get"`` shares no value with one whose optional ``command``
+    may only be ``"set"``: where the member appears it is rejected. Three ``oneOf`` branches told
+    apart only that way (``parameters`` overlap) keep each branch's negations of the others from
+    multiplying once a leaf has required its own ``command``."""
+    from grammars.frontends.json_schema import combinators
+    from grammars.frontends.json_schema.compiler import SchemaCompiler
+    from grammars.frontends.json_schema.document import SchemaDocument
+
+    defs = {"get": {"type": "object", "required": ["command"], "properties": {"command": {"enum": ["get"]}}},
+            "set": {"type": "object", "properties": {"command": {"enum": ["set"]}}},
+            "either": {"type": "object", "properties": {"command": {"enum": ["get", "set"]}}}}
+    compiler = SchemaCompiler(SchemaDocument.of({"$defs": defs}), JsonSchemaOptions())
+    root = compiler.document.located_root()
+
+    def conj(name):
+        return compiler.conjunction([compiler.document.child(root, defs[name], "$defs", name)])
+
+    assert combinators.provably_disjoint(compiler, conj("get"), conj("set"))
+    assert combinators.provably_disjoint(compiler, conj("set"), conj("get"))
+    assert not combinators.provably_disjoint(compiler, conj("get"), conj("either"))
+
+    def branch(command: str, required: list[str]) -> dict:
+        members = {n: {"type": "string"} for n in ("pid", "key", "value", "cause")}
+        return {"type": "object", "properties": {"command": {"enum": [command]},
+                                                 "parameters": {"type": "object", "properties": members, "required": required}}}
+
+    schema = {"oneOf": [branch("get", ["pid", "key"]), branch("set", ["pid", "key", "value"]), branch("fail", ["cause"])]}
+    both = {"pid": "p", "key": "k", "value": "v"}
+    instances = [{}, {"command": "get", "parameters": both}, {"parameters": both}, {"parameters": {"pid": "p", "key": "k"}},
+                 {"command": "fail", "parameters": {"cause": "c"}}, {"parameters": {"cause": "c"}},
+                 {"command": "set", "parameters": {"pid": "p"}}, {"command": "other"}]
+    assert checker.disagreements(schema, instances, property_order="any") == []
