@@ -106,9 +106,14 @@ def apply_any_of(c: SchemaContext, conj: Conjunction, part: Located, value: Any)
     subs = _schema_list(value, "anyOf", part.where)
     if any(_is_true(s) for s in subs):
         return
-    branches = [c.document.child(part, s, "anyOf", str(i)) for i, s in enumerate(subs)]
+    branches = [_any_of_branch(c, part, subs, i) for i in range(len(subs))]
     if not _apply_enum_union(c, conj, branches):
         _disjunction(conj, "anyOf", part.where, [(b,) for b in branches])
+
+
+def _any_of_branch(c: SchemaContext, part: Located, subs: list, i: int) -> Located:
+    """Branch ``i`` of ``part``'s ``anyOf`` (its pointer keys ``SchemaContext.enum_unions``)."""
+    return c.document.child(part, subs[i], "anyOf", str(i))
 
 
 def _apply_enum_union(c: SchemaContext, conj: Conjunction, branches: list[Located]) -> bool:
@@ -713,8 +718,7 @@ def _judge(c: SchemaContext, part: Located, enum_known: bool) -> _Judge:
             # ``anyOf`` of one-enum branches (``_apply_enum_union``): its members pass them
             known = [k for k in ("enum", "const") if k in plain]
             branches = plain.get("anyOf")
-            if isinstance(branches, list) and branches and \
-                    c.enum_unions.get(c.document.child(part, branches[0], "anyOf", "0").pointer):
+            if isinstance(branches, list) and branches and c.enum_unions.get(_any_of_branch(c, part, branches, 0).pointer):
                 known.append("anyOf")
             if known:
                 plain = {k: v for k, v in plain.items() if k not in known}

@@ -565,8 +565,7 @@ class SchemaCompiler:
         if disjunction.keyword == "oneOf":
             # judge overlaps without the atoms applied so far: they include the schema holding
             # this oneOf, whose validation (exactly one branch) would make any overlap look empty
-            probe = rest.copy()
-            probe.atoms = []
+            probe = _without_atoms(rest)
             probes = []
             for branch in disjunction.branches:
                 option = probe.copy()
@@ -586,8 +585,8 @@ class SchemaCompiler:
         branches whose required member differs in type), those leaves only cut ``conj`` into
         pieces, each its own object automaton. The negated schema's leaves are a probe: what
         building them records (relaxations, ignored keywords) is dropped, and a schema they
-        cannot be built for is not excluded. ``conj``'s atoms are left out as ``leaves`` does
-        for ``oneOf``: judging an enum by them is judging it by the negation itself."""
+        cannot be built for is not excluded. ``conj`` is judged without its atoms
+        (``_without_atoms``), which hold the negation itself."""
         if negated.pointer not in self._negated_leaves:
             marks = len(self._relaxed), len(self._ignored), len(self._narrowed)
             probes: list[Conjunction] | None
@@ -601,8 +600,7 @@ class SchemaCompiler:
         probes = self._negated_leaves[negated.pointer]
         if probes is None:
             return False
-        probe = conj.copy()
-        probe.atoms = []
+        probe = _without_atoms(conj)
         return all(combinators.provably_disjoint(self, probe, leaf) for leaf in probes)
 
     def _exclusive(self, rest: Conjunction, disjunction: Disjunction, overlapping: set, groups: list, budget: list[int]) -> list:
@@ -1069,3 +1067,11 @@ def _merge_string_keywords(c: SchemaCompiler, conj: Conjunction, strings: dict, 
         else:
             raise UnsupportedSchemaError(key, where, f"two different {key!r} values in one conjunction")
     conj.string = merged
+
+
+def _without_atoms(conj: Conjunction) -> Conjunction:
+    """A copy of ``conj`` for disjointness tests: its atoms include the schema whose branches or
+    negation are being judged, and judging an enum by them would judge it by the answer."""
+    probe = conj.copy()
+    probe.atoms = []
+    return probe

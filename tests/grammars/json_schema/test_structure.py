@@ -17,6 +17,7 @@ from grammars.frontends.json_schema import (
     analyze_json_schema,
     load_schema,
 )
+from grammars.ir import Alt
 
 DRAFT7 = "http://json-schema.org/draft-07/schema#"
 DRAFT4 = "http://json-schema.org/draft-04/schema#"
@@ -334,7 +335,7 @@ def _alternatives(grammar) -> int:
         node = stack.pop()
         items = getattr(node, "items", None)
         if items is not None:
-            total += len(items) if type(node).__name__ == "Alt" else 0
+            total += len(items) if isinstance(node, Alt) else 0
             stack.extend(items)
         elif hasattr(node, "item"):
             stack.append(node.item)
