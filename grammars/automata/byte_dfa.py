@@ -640,98 +640,113 @@ def _determinize(nfa: _NFA, start: int, final: int, max_states: int):
 # trim, minimise, canonical numbering
 
 
+#: rows of a partition array (``_partition``): elements grouped by set, each element's location
+#: in that row, each element's set, each set's first and past locations, its marked count, and
+#: the worklist of touched sets
+_E, _L, _S, _F, _P, _M, _W = range(7)
+
+
 @njit(cache=True, nogil=True)
-def _mark(e, E, L, S, F, M, W, wtop):  # pragma: no cover - jitted
-    """Move element ``e`` into the marked part of its set; returns the new top of ``W``."""
-    s = S[e]
-    i = L[e]
-    j = F[s] + M[s]
-    f = E[j]
-    E[i] = f
-    L[f] = i
-    E[j] = e
-    L[e] = j
-    if M[s] == 0:
-        W[wtop] = s
+def _partition(size, n_elements):  # pragma: no cover - jitted
+    """One set holding elements ``0..n_elements-1``, room for ``size`` elements and sets.
+
+    One 2-D array rather than seven: numba counts references on every array passed to a call,
+    and ``_mark`` runs once per transition, so seven arrays made it ~4x slower."""
+    part = np.zeros((7, size + 1), np.int64)
+    for e in range(n_elements):
+        part[_E, e] = e
+        part[_L, e] = e
+    part[_P, 0] = n_elements
+    return part
+
+
+@njit(cache=True, nogil=True)
+def _mark(part, e, wtop):  # pragma: no cover - jitted
+    """Move element ``e`` into the marked part of its set; returns the new top of the worklist."""
+    s = part[_S, e]
+    i = part[_L, e]
+    j = part[_F, s] + part[_M, s]
+    f = part[_E, j]
+    part[_E, i] = f
+    part[_L, f] = i
+    part[_E, j] = e
+    part[_L, e] = j
+    if part[_M, s] == 0:
+        part[_W, wtop] = s
         wtop += 1
-    M[s] += 1
+    part[_M, s] += 1
     return wtop
 
 
 @njit(cache=True, nogil=True)
-def _split(E, S, F, P, M, W, wtop, z):  # pragma: no cover - jitted
+def _split(part, wtop, z):  # pragma: no cover - jitted
     """Split every touched set into its marked and unmarked parts; returns the new set count."""
     while wtop > 0:
         wtop -= 1
-        s = W[wtop]
-        j = F[s] + M[s]
-        if j == P[s]:
-            M[s] = 0
+        s = part[_W, wtop]
+        j = part[_F, s] + part[_M, s]
+        if j == part[_P, s]:
+            part[_M, s] = 0
             continue
-        if M[s] <= P[s] - j:
-            F[z] = F[s]
-            P[z] = j
-            F[s] = j
+        if part[_M, s] <= part[_P, s] - j:
+            part[_F, z] = part[_F, s]
+            part[_P, z] = j
+            part[_F, s] = j
         else:
-            P[z] = P[s]
-            F[z] = j
-            P[s] = j
-        for i in range(F[z], P[z]):
-            S[E[i]] = z
-        M[s] = 0
-        M[z] = 0
+            part[_P, z] = part[_P, s]
+            part[_F, z] = j
+            part[_P, s] = j
+        for i in range(part[_F, z], part[_P, z]):
+            part[_S, part[_E, i]] = z
+        part[_M, s] = 0
+        part[_M, z] = 0
         z += 1
     return z
 
 
 @njit(cache=True, nogil=True)
-def _valmari(n, T, final_states, CE, CF, CP, cz, A, Fa):  # pragma: no cover - jitted
+def _valmari(n, T, final_states, by_label, label_first, label_past, cz, A, Fa):  # pragma: no cover - jitted
     """Valmari & Lehtinen's partition refinement over blocks (states) and cords (transitions).
 
-    ``T[t]`` is the source of transition ``t``; ``CE``/``CF``/``CP``/``cz`` the cords grouped by
-    label; ``A[Fa[q]:Fa[q+1]]`` the transitions into ``q``. Returns (block count, block of state).
+    ``T[t]`` is the source of transition ``t``; ``by_label``/``label_first``/``label_past``/``cz``
+    the transitions grouped by label (the initial cords); ``A[Fa[q]:Fa[q+1]]`` the transitions
+    into ``q``. Returns (block count, block of state).
     """
     m = T.shape[0]
-    BE = np.arange(n)
-    BL = np.arange(n)
-    BS = np.zeros(n, np.int64)
-    BF = np.zeros(n + 1, np.int64)
-    BP = np.zeros(n + 1, np.int64)
-    BM = np.zeros(n + 1, np.int64)
-    BW = np.zeros(n + 1, np.int64)
-    BP[0] = n
+    blocks = _partition(n, n)
     bz = 1 if n > 0 else 0
     wtop = 0
     for q in final_states:
-        wtop = _mark(q, BE, BL, BS, BF, BM, BW, wtop)
-    bz = _split(BE, BS, BF, BP, BM, BW, wtop, bz)
+        wtop = _mark(blocks, q, wtop)
+    bz = _split(blocks, wtop, bz)
     if m == 0:
-        return bz, BS
-    CL = np.zeros(m, np.int64)
-    CS = np.zeros(m, np.int64)
+        return bz, blocks[_S, :n].copy()
+    cords = np.zeros((7, m + 1), np.int64)
     for c in range(cz):
-        for i in range(CF[c], CP[c]):
-            CL[CE[i]] = i
-            CS[CE[i]] = c
-    CM = np.zeros(m + 1, np.int64)
-    CW = np.zeros(m + 1, np.int64)
+        cords[_F, c] = label_first[c]
+        cords[_P, c] = label_past[c]
+        for i in range(label_first[c], label_past[c]):
+            t = by_label[i]
+            cords[_E, i] = t
+            cords[_L, t] = i
+            cords[_S, t] = c
     b = 1
     c = 0
     while c < cz:
         wtop = 0
-        for i in range(CF[c], CP[c]):
-            wtop = _mark(T[CE[i]], BE, BL, BS, BF, BM, BW, wtop)
-        bz = _split(BE, BS, BF, BP, BM, BW, wtop, bz)
+        for i in range(cords[_F, c], cords[_P, c]):
+            wtop = _mark(blocks, T[cords[_E, i]], wtop)
+        bz = _split(blocks, wtop, bz)
         c += 1
         while b < bz:
             wtop = 0
-            for i in range(BF[b], BP[b]):
-                q = BE[i]
+            for i in range(blocks[_F, b], blocks[_P, b]):
+                q = blocks[_E, i]
                 for j in range(Fa[q], Fa[q + 1]):
-                    wtop = _mark(A[j], CE, CL, CS, CF, CM, CW, wtop)
-            cz = _split(CE, CS, CF, CP, CM, CW, wtop, cz)
+                    wtop = _mark(cords, A[j], wtop)
+            cz = _split(cords, wtop, cz)
             b += 1
-    return bz, BS
+    return bz, blocks[_S, :n].copy()
 
 
 @njit(cache=True, nogil=True)

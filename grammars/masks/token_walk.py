@@ -562,7 +562,7 @@ class WalkCache:
         self._words = mask_words(logits_width)
         self._live: dict = {}
         self._classes: dict = {}
-        self._walked: dict = {}  # DFA key -> root walks so far (see walk_class)
+        self._walked: dict = {}  # DFA key -> the states of its first root walks (see walk_class)
         self._singleton_ids = np.zeros(0, dtype=np.int64)
         self._language_keys: dict = {}
         self._children: dict = {}  # (parent walk's nodes_key, DFA key, walk class) -> PathWalk
@@ -619,12 +619,16 @@ class WalkCache:
             classes = self._classes[dfa.key] = self._singletons(dfa.n_states)
         return classes
 
-    def _note_root_walk(self, dfa) -> None:
-        """Count a root walk of ``dfa``; at the ``WALK_CLASS_AFTER``-th, compute its walk classes."""
-        walked = self._walked.get(dfa.key, 0) + 1
-        self._walked[dfa.key] = walked
+    def _note_root_walk(self, dfa, state: int) -> None:
+        """Count a root walk of ``dfa`` from ``state``; at the ``WALK_CLASS_AFTER``-th, compute its
+        walk classes and file the walks made so far under their classes too: keyed by state
+        alone, they would be walked again (a long string's first positions, ~1 ms each)."""
+        walked = self._walked.setdefault(dfa.key, [])
+        if len(walked) >= WALK_CLASS_AFTER:
+            return
+        walked.append(state)
         n = dfa.n_states
-        if walked != WALK_CLASS_AFTER or n <= self._horizon:  # short DFAs merge little
+        if len(walked) != WALK_CLASS_AFTER or n <= self._horizon:  # short DFAs merge little
             return
         columns = byte_classes(dfa.table)[0]
         if n * self._horizon * columns.shape[1] > WALK_CLASS_BUDGET:
@@ -633,6 +637,11 @@ class WalkCache:
                          np.ascontiguousarray(dfa.accepting, dtype=np.bool_), self._horizon)
         classes.setflags(write=False)
         self._classes[dfa.key] = classes
+        with self._lock:
+            for earlier in walked[:-1]:
+                walk = self._roots.get((dfa.key, -1 - earlier))
+                if walk is not None:
+                    self._roots[(dfa.key, int(classes[earlier]))] = walk
 
     def _singletons(self, n: int) -> np.ndarray:
         if self._singleton_ids.shape[0] < n:
@@ -676,7 +685,7 @@ class WalkCache:
         if hit is not None:
             self._roots[key] = hit
             return hit
-        self._note_root_walk(dfa)
+        self._note_root_walk(dfa, state)
         if narrow:  # few subtrees start with an allowed byte: walk only those
             tokens, accept = self._sub_walk(dfa, state, _ROOT, None)
             words = tokens_to_words(tokens, self._words)
@@ -694,6 +703,9 @@ class WalkCache:
         with self._lock:
             self._account(walk)
             self._roots[key] = walk
+            classed = (dfa.key, int(self.walk_class(dfa)[state]))  # a new key if this walk set the classes
+            if classed != key:
+                self._roots[classed] = walk
             if language is not None:
                 self._roots[language] = walk
         return walk

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from grammars.automata.byte_dfa import compile_regular
 from grammars.bitmask import unpack_bits
 from grammars.frontends import parse_regex
-from grammars.masks.token_walk import WALK_CLASS_AFTER, WalkCache, bounded_equivalence
+from grammars.masks.token_walk import LANGUAGE_KEY_MAX_DFA, WALK_CLASS_AFTER, WalkCache, bounded_equivalence
 from grammars.vocab.trie import TokenTrie
 
 PATTERNS = [r"[a-c]{0,9}d", r"(ab|a)*c?", r"[^d]*d[a-d]{2}", r"a{3,7}b*", r"(ac|b)+d?(c|dd)*"]
@@ -132,6 +132,21 @@ def test_counter_states_share_walks(walks):
     assert walks.root(dfa, 10) is first
     assert np.array_equal(walks.root(dfa, 58).mask, walks.root(dfa, 58).mask)
     assert not np.array_equal(walks.root(dfa, 58).mask, first.mask)
+
+
+def test_walks_made_before_the_classes_are_not_repeated(walks):
+    """The walks that lead to the walk classes are filed under them too: a long string's first
+    positions are not walked again once the classes exist."""
+    # more states than language keys look at (LANGUAGE_KEY_MAX_DFA): walks are found by class only
+    bound = LANGUAGE_KEY_MAX_DFA + 100
+    dfa = compile_regular(parse_regex(rf"[a-c]{{0,{bound}}}d"))
+    near_end = [int(dfa.run(b"a" * k)) for k in range(bound - WALK_CLASS_AFTER, bound)]  # few counts left
+    early = [walks.root(dfa, state) for state in near_end]
+    classes = walks.walk_class(dfa)
+    assert min(classes.tolist()) >= 0, "the classes were computed"
+    assert len({int(classes[state]) for state in near_end}) == len(near_end)
+    for state, walk in zip(near_end, early):
+        assert walks.root(dfa, state) is walk
 
 
 @pytest.mark.parametrize("pattern", PATTERNS + [r"[^a]*", r"d[a-d]*", r"[bc]{2,}a"])
