@@ -22,6 +22,7 @@ from . import (
     serve_bench,
     speculative_bench,
     testsuite,
+    wide_objects,
 )
 
 #: (subcommand, module, one-line help); each module's docstring gives the subcommand's description
@@ -30,6 +31,8 @@ BENCHMARKS = (
     ("compile-profile", compile_profile,
      "where compile time goes: per-phase times of each schema's compile and first mask"),
     ("maskbench", maskbench, "MaskBench: time to first mask, time between masks and exactness on JSON Schemas"),
+    ("wide-objects", wide_objects,
+     "compile time and masks along one object with many required members (two member orders), engines side by side"),
     ("testsuite", testsuite, "JSON Schema Test Suite: passed/total per keyword file and engine"),
     ("samplers", samplers_bench,
      "KL to the grammar-conditioned model (masked, ASAp, SMC) and AWRS checks/time per token"),

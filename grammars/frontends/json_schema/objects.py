@@ -38,7 +38,6 @@ repeating layouts); extra keys cannot be checked for duplicates by a context-fre
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -285,35 +284,6 @@ def object_body(
     return _Automaton(c, members, extra, low, high, hint).in_order()
 
 
-def _prefix_unions(c: SchemaContext, exprs: list[Expr], hint: str) -> Callable[[int], list[Expr]]:
-    """``prefix(i)``: expressions whose union is ``exprs[:i]``, at most log2(i) + 1 of them.
-
-    Each is a rule over an aligned power-of-two block of ``exprs``, built once and shared by
-    every prefix that covers it, so all prefixes together are linear in ``len(exprs)``. A flat
-    alternative per prefix was quadratic: 587 required members (a Kubernetes schema) made
-    173,000 productions. The blocks are disjoint: the union stays unambiguous."""
-    blocks: dict[tuple[int, int], Expr] = {}
-
-    def block(lo: int, hi: int) -> Expr:
-        if hi - lo == 1:
-            return exprs[lo]
-        if (lo, hi) not in blocks:
-            mid = (lo + hi) // 2
-            blocks[lo, hi] = c.add_rule(f"{hint}.{lo}-{hi}", alt([block(lo, mid), block(mid, hi)]))
-        return blocks[lo, hi]
-
-    def prefix(i: int) -> list[Expr]:
-        out: list[Expr] = []
-        lo = 0
-        for bit in range(i.bit_length() - 1, -1, -1):
-            if i >> bit & 1:
-                out.append(block(lo, lo + (1 << bit)))
-                lo += 1 << bit
-        return out
-
-    return prefix
-
-
 class _Automaton:
     """States (position or subset, count, started) as IR rules, built from the end backwards.
 
@@ -499,11 +469,16 @@ class _Automaton:
 
     def required_in_order_repeating(self, required_order: tuple[str, ...]) -> Expr:
         """The repeating layout for too many required members to track as a subset: optional
-        members anywhere, any number of times, but the required ones first met in one of two
+        members anywhere, any number of times, the required ones once each, in one of two
         orders, that of ``properties`` (the members' order) or that of ``required``. States are
-        positions in one order, so the size is linear. A narrowing (other orders are rejected),
-        exact for validity like ``any_order_repeating``: each occurrence is checked, a parser
-        keeps one, every required member appears. No property count bounds (the caller checks)."""
+        positions in one order, so the size is linear. A narrowing (other orders, and a required
+        member met again, are rejected), exact for validity like ``any_order_repeating``: each
+        occurrence is checked, a parser keeps one, every required member appears. No property
+        count bounds (the caller checks).
+
+        Only the next required member may follow a position: letting every member met before
+        it repeat there made each mask inside such an object consider every earlier key (587
+        members: 1.3 ms a mask at the median, against 30 µs for schema order elsewhere)."""
         required = [m for m in self.members if m.required]
         rank = {name: i for i, name in enumerate(required_order)}
         by_keyword = sorted(required, key=lambda m: rank.get(m.name, len(rank)))
@@ -513,13 +488,11 @@ class _Automaton:
         starts = []
         for which, sequence in enumerate(orders):
             state: dict[int, Expr] = {}
-            seen = _prefix_unions(self.c, [m.expr for m in sequence], f"{self.hint}@Q{which}")
 
-            def choices(i: int, started: bool, me: Expr | None, sequence=sequence, state=state, seen=seen) -> list[Expr]:
+            def choices(i: int, started: bool, me: Expr | None, sequence=sequence, state=state) -> list[Expr]:
                 out = []
-                repeats = seen(i) + ([anything_optional] if anything_optional is not None else [])
-                if repeats:
-                    out.append(seq([lay.sep(started), alt(repeats), me if me is not None else state[i]]))
+                if anything_optional is not None:
+                    out.append(seq([lay.sep(started), anything_optional, me if me is not None else state[i]]))
                 if i < len(sequence):
                     out.append(seq([lay.sep(started), sequence[i].expr, state[i + 1]]))
                 else:
