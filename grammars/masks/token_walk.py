@@ -497,6 +497,53 @@ def _reachable_form(flat, accepting, state, limit):  # pragma: no cover - jitted
     return form[:size].copy()
 
 
+@njit(cache=True, nogil=True)
+def _runs_longer_than(flat, n, start, limit):  # pragma: no cover - jitted
+    """Whether a path from ``start`` runs more than ``limit`` bytes without closing a cycle (the
+    edges back into a path being walked are not followed).
+
+    Walk classes merge the states that agree on every string of at most ``limit`` bytes, which
+    takes a long run of states: a counter (``maxLength``), a long cycle. Without one, the states
+    of a minimal DFA nearly always stay apart, and computing the classes is wasted: an object's
+    key terminals (a key, whitespace runs, a number's digit loop: ~180-270 states) spent ~1 ms
+    each on it, 150 ms in one mask of a 256-member object. A heuristic that only decides
+    whether to look (states left apart are exact). Depth-first, longest run per state."""
+    depth = np.full(n, -1, np.int64)  # -1 unvisited, -2 on the stack, else the longest path
+    stack = np.empty(n, np.int64)
+    next_byte = np.zeros(n, np.int64)
+    stack[0] = start
+    depth[start] = -2
+    top = 1
+    while top > 0:
+        q = stack[top - 1]
+        b = next_byte[q]
+        pushed = False
+        while b < 256:
+            t = flat[q * 256 + b]
+            b += 1
+            if t < 0:
+                continue
+            if depth[t] == -1:
+                depth[t] = -2
+                stack[top] = t
+                top += 1
+                pushed = True
+                break
+        next_byte[q] = b
+        if pushed:
+            continue
+        longest = 0
+        for c in range(256):
+            t = flat[q * 256 + c]
+            if t >= 0 and depth[t] >= 0 and depth[t] + 1 > longest:  # -2: an edge closing a cycle
+                longest = depth[t] + 1
+        if longest > limit:
+            return True
+        depth[q] = longest
+        top -= 1
+    return False
+
+
 #: Walk classes are computed when rounds x states x byte classes stays under this many cells
 #: (tens of milliseconds compiled); bigger DFAs key walks by exact state — correct, just less shared.
 WALK_CLASS_BUDGET = 40_000_000
@@ -630,6 +677,8 @@ class WalkCache:
         n = dfa.n_states
         if len(walked) != WALK_CLASS_AFTER or n <= self._horizon:  # short DFAs merge little
             return
+        if not _runs_longer_than(_flat(dfa), n, dfa.start, self._horizon):
+            return  # no long run of states: nothing to merge
         columns = byte_classes(dfa.table)[0]
         if n * self._horizon * columns.shape[1] > WALK_CLASS_BUDGET:
             return  # huge DFAs cost too much: states stay their own classes

@@ -134,6 +134,18 @@ def test_counter_states_share_walks(walks):
     assert not np.array_equal(walks.root(dfa, 58).mask, first.mask)
 
 
+@pytest.mark.parametrize("pattern, limit, longer", [
+    ("abc", 2, True), ("abc", 3, False),
+    (r"x[0-9]+y", 3, False),  # the digit loop closes a cycle: not a run
+    (r"[a-c]{0,60}d", 60, True), (r"[a-c]{0,60}d", 61, False),  # a counter is a run of 61 bytes
+])
+def test_walk_classes_are_looked_for_along_long_runs_only(pattern, limit, longer):
+    from grammars.masks.token_walk import _flat, _runs_longer_than
+
+    dfa = compile_regular(parse_regex(pattern))
+    assert _runs_longer_than(_flat(dfa), dfa.n_states, dfa.start, limit) is longer
+
+
 def test_walks_made_before_the_classes_are_not_repeated(walks):
     """The walks that lead to the walk classes are filed under them too: a long string's first
     positions are not walked again once the classes exist."""
