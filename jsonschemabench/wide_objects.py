@@ -33,17 +33,23 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from . import outputs
-from .maskbench import default_shared, parse_engines, serialize_instance, walk_instance
+from .maskbench import (
+    available_engines,
+    default_shared,
+    parse_engines,
+    serialize_instance,
+    walk_instance,
+)
 from .peers import (
     EngineRefused,
+    EngineUnavailable,
     compile_schema,
     load_bench_tokenizer,
     load_engine,
     warm_up,
 )
+from .report import percentiles
 from .timing import gc_paused
 
 __all__ = ["add_arguments", "format_table", "main", "measure", "wide_instance", "wide_object"]
@@ -79,10 +85,6 @@ def wide_instance(members: int, order: str) -> dict:
     return {f"field_{i}": VALUES[i % len(VALUES)][1](i) for i in indices}
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
-    return float(np.quantile(np.asarray(values, dtype=np.float64), q)) if len(values) else float("nan")
-
-
 def measure(engine: Any, tokenizer: Any, members: int) -> list[dict]:
     """Compile ``wide_object(members)`` once on ``engine`` and walk each order's instance: one row
     per order (``error`` set and no masks when the engine refuses the schema)."""
@@ -102,13 +104,12 @@ def measure(engine: Any, tokenizer: Any, members: int) -> list[dict]:
             ids = list(tokenizer.encode(serialize_instance(wide_instance(members, order))))
             tbm_ns: list[int] = []
             verdict, position, _ = walk_instance(engine, handle, ids, tbm_ns)
-            tbm_us = [ns / 1e3 for ns in tbm_ns]
+            tbm = percentiles(ns / 1e3 for ns in tbm_ns)  # MaskBench's percentiles
             rows.append({
                 "members": members, "engine": engine.name, "order": order, "error": None,
-                "ttfm_ms": ttfm_ms, "tokens": len(ids), "masks": len(tbm_us),
+                "ttfm_ms": ttfm_ms, "tokens": len(ids), "masks": len(tbm_ns),
                 "verdict": verdict if verdict == "accepted" else f"{verdict} at token {position}",
-                "tbm_p50_us": _quantile(tbm_us, 0.5), "tbm_p99_us": _quantile(tbm_us, 0.99),
-                "tbm_max_us": max(tbm_us) if tbm_us else float("nan"),
+                "tbm_p50_us": tbm["p50"], "tbm_p99_us": tbm["p99"], "tbm_max_us": tbm["max"],
             })
     return rows
 
@@ -146,11 +147,12 @@ def main(args: argparse.Namespace) -> int:
         raise SystemExit("wide-objects: --members needs at least one count, each at least 1")
     tokenizer = load_bench_tokenizer(args.tokenizer)
     rows: list[dict] = []
-    for name in parse_engines(args.engines):
+    names, _ = available_engines(parse_engines(args.engines))  # says which are skipped and why
+    for name in names:
         try:
             engine = load_engine(name, tokenizer)
-        except Exception as exc:  # noqa: BLE001 - a missing peer is reported, not fatal
-            outputs.log(f"wide-objects: {name} unavailable: {exc}")
+        except EngineUnavailable as exc:
+            outputs.log(f"wide-objects: {name} skipped ({exc})")
             continue
         warm_up(engine, "json_schema", {"type": "integer"})
         for members in counts:

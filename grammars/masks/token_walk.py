@@ -498,7 +498,7 @@ def _reachable_form(flat, accepting, state, limit):  # pragma: no cover - jitted
 
 
 @njit(cache=True, nogil=True)
-def _runs_longer_than(flat, n, start, limit):  # pragma: no cover - jitted
+def _runs_longer_than(flat, start, limit):  # pragma: no cover - jitted
     """Whether a path from ``start`` runs more than ``limit`` bytes without closing a cycle (the
     edges back into a path being walked are not followed).
 
@@ -508,6 +508,7 @@ def _runs_longer_than(flat, n, start, limit):  # pragma: no cover - jitted
     key terminals (a key, whitespace runs, a number's digit loop: ~180-270 states) spent ~1 ms
     each on it, 150 ms in one mask of a 256-member object. A heuristic that only decides
     whether to look (states left apart are exact). Depth-first, longest run per state."""
+    n = flat.shape[0] // 256
     depth = np.full(n, -1, np.int64)  # -1 unvisited, -2 on the stack, else the longest path
     stack = np.empty(n, np.int64)
     next_byte = np.zeros(n, np.int64)
@@ -677,7 +678,7 @@ class WalkCache:
         n = dfa.n_states
         if len(walked) != WALK_CLASS_AFTER or n <= self._horizon:  # short DFAs merge little
             return
-        if not _runs_longer_than(_flat(dfa), n, dfa.start, self._horizon):
+        if not _runs_longer_than(_flat(dfa), dfa.start, self._horizon):
             return  # no long run of states: nothing to merge
         columns = byte_classes(dfa.table)[0]
         if n * self._horizon * columns.shape[1] > WALK_CLASS_BUDGET:

@@ -143,7 +143,7 @@ def test_walk_classes_are_looked_for_along_long_runs_only(pattern, limit, longer
     from grammars.masks.token_walk import _flat, _runs_longer_than
 
     dfa = compile_regular(parse_regex(pattern))
-    assert _runs_longer_than(_flat(dfa), dfa.n_states, dfa.start, limit) is longer
+    assert _runs_longer_than(_flat(dfa), dfa.start, limit) is longer
 
 
 def test_walks_made_before_the_classes_are_not_repeated(walks):

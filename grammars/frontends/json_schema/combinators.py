@@ -718,7 +718,8 @@ def _judge(c: SchemaContext, part: Located, enum_known: bool) -> _Judge:
             # ``anyOf`` of one-enum branches (``_apply_enum_union``): its members pass them
             known = [k for k in ("enum", "const") if k in plain]
             branches = plain.get("anyOf")
-            if isinstance(branches, list) and branches and c.enum_unions.get(_any_of_branch(c, part, branches, 0).pointer):
+            first = _any_of_branch(c, part, branches, 0) if isinstance(branches, list) and branches else None
+            if first is not None and c.enum_unions.get(first.pointer):
                 known.append("anyOf")
             if known:
                 plain = {k: v for k, v in plain.items() if k not in known}
