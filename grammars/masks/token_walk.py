@@ -436,8 +436,13 @@ def _moore(columns, accepting, rounds):  # pragma: no cover - jitted
     return classes
 
 
-#: Root walks of one DFA before ``WalkCache.walk_class`` computes its bounded equivalence.
+#: Broad root walks of one DFA (not depth-first from a few subtrees) before
+#: ``WalkCache.walk_class`` computes its bounded equivalence: ``WALK_CLASS_AFTER``, or one per
+#: ``WALK_CLASS_STATES_PER_WALK`` states of a bigger DFA. Computing the classes costs ~1-3 µs a
+#: state (byte classes, the run test, Moore's rounds: 30 ms for 9,000 states), a broad walk
+#: 0.1-1 ms: waiting until the walks made cost about as much bounds the waste either way.
 WALK_CLASS_AFTER = 4
+WALK_CLASS_STATES_PER_WALK = 256
 
 #: ``WalkCache.language_key`` looks at DFAs of at most this many states, and gives a key when at
 #: most this many are reachable from the state (a string body and what closes it: ~10).
@@ -633,7 +638,12 @@ class WalkCache:
 
     def _load_kernels(self) -> None:
         """Call every kernel once on a dead one-state DFA: numba loads (or compiles) machine code
-        on first call, ~0.1 s per kernel, which belongs to setup rather than to a first mask."""
+        on first call, ~0.1 s per kernel, which belongs to setup rather than to a first mask. Once
+        per process: the calls themselves cost ~2 ms (whole-trie passes), a second ``Compiler``
+        needs none of it."""
+        global _kernels_loaded
+        if _kernels_loaded:
+            return
         dead = np.full(256, -1, dtype=np.int32)
         no = np.zeros(1, dtype=bool)
         for arr in (dead, no):  # read-only like ByteDFA tables: numba types include the flag
@@ -646,20 +656,24 @@ class WalkCache:
         _child_byte_summary(trie.child_start, trie.child_count, trie.node_byte, _ROOT)
         tokens_to_words(np.zeros(0, dtype=np.int64), self._words)
         _reachable_form(dead, no, 0, 2)
+        _runs_longer_than(dead, 0, 1)
         small = load_kernels()  # the DFA construction kernels too: every compile needs them
         for token_slice in self._slices:
-            token_slice.applies(small, small.start)
+            token_slice.reach(small, small.start)
             token_slice.walk(small, small.start)
         bounded_equivalence(small.table, small.accepting, 2)
+        _kernels_loaded = True
 
     def walk_class(self, dfa) -> np.ndarray:
         """Per DFA state, a class id such that states of one class give identical walks.
 
         Each state is its own class (ids ``-1 - state``) until the DFA's ``WALK_CLASS_AFTER``-th
-        root walk; then bounded equivalence merges counter states (ids ``>= 0``, see
+        broad root walk (more for big DFAs); then bounded equivalence merges counter states (ids ``>= 0``, see
         ``_note_root_walk``). Most terminals are walked from a few states only, and the Moore
         rounds (up to the longest token's length) cost more than those walks; a ``maxLength``
-        string walked at every position pays them once. The two id ranges never meet, so keys
+        string walked at every position pays them once. Narrow walks (keys, punctuation,
+        digits: ~30 µs) do not count: on 300 MaskBench files, counting them made two thirds of
+        the computations (~1 ms each) for DFAs whose later walks were all narrow. The two id ranges never meet, so keys
         made with either stay exact. This is on the mask path: one dictionary lookup.
         """
         classes = self._classes.get(dfa.key)
@@ -668,15 +682,16 @@ class WalkCache:
         return classes
 
     def _note_root_walk(self, dfa, state: int) -> None:
-        """Count a root walk of ``dfa`` from ``state``; at the ``WALK_CLASS_AFTER``-th, compute its
+        """Count a broad root walk of ``dfa`` from ``state``; at the ``WALK_CLASS_AFTER``-th, compute its
         walk classes and file the walks made so far under their classes too: keyed by state
         alone, they would be walked again (a long string's first positions, ~1 ms each)."""
         walked = self._walked.setdefault(dfa.key, [])
-        if len(walked) >= WALK_CLASS_AFTER:
+        n = dfa.n_states
+        after = max(WALK_CLASS_AFTER, n // WALK_CLASS_STATES_PER_WALK)
+        if len(walked) >= after:
             return
         walked.append(state)
-        n = dfa.n_states
-        if len(walked) != WALK_CLASS_AFTER or n <= self._horizon:  # short DFAs merge little
+        if len(walked) != after or n <= self._horizon:  # short DFAs merge little
             return
         if not _runs_longer_than(_flat(dfa), dfa.start, self._horizon):
             return  # no long run of states: nothing to merge
@@ -735,16 +750,19 @@ class WalkCache:
         if hit is not None:
             self._roots[key] = hit
             return hit
-        self._note_root_walk(dfa, state)
+        if not narrow:
+            self._note_root_walk(dfa, state)
         if narrow:  # few subtrees start with an allowed byte: walk only those
             tokens, accept = self._sub_walk(dfa, state, _ROOT, None)
             words = tokens_to_words(tokens, self._words)
         elif reach * 2 < trie.n_nodes:  # whitespace, numbers: jump over the dead subtrees
             words, accept = self._walk_root(_flat(dfa), dfa.accepting, state)
         else:  # most of the trie is alive: a string body, unless a slice makes it small
-            sliced = next((s for s in self._slices if s.applies(dfa, state)), None)
-            if sliced is not None:
-                words, accept = sliced.walk(dfa, state)
+            for token_slice in self._slices:
+                chars = token_slice.reach(dfa, state)
+                if chars is not None:
+                    words, accept = token_slice.walk(dfa, state, chars)
+                    break
             else:
                 words, accept = _linear_walk(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa),
                                              dfa.accepting, state, self._words)
@@ -860,6 +878,7 @@ def _bit_set(flags: np.ndarray) -> int:
 
 
 _ROOT = np.zeros(1, dtype=np.int64)
+_kernels_loaded = False  # ``WalkCache._load_kernels`` has run in this process
 _NO_BITS = np.zeros(1, dtype=np.uint64)
 _EMPTY_WALK = PathWalk(None, np.empty(0, np.int64), np.empty(0, np.int64), 0, 0)
 

@@ -83,9 +83,10 @@ def test_walk_cache_uses_slices_and_stays_exact(trie):
 
 
 def test_real_vocabulary_slice_is_most_of_it():
+    from shared_data import vocab_file
+
     from grammars.compile import _vocab_index
     from grammars.vocab.vocabulary import TokenVocabulary
-    from shared_data import vocab_file
 
     vocab = TokenVocabulary.from_gguf(vocab_file("llama-bpe"))
     index = _vocab_index(vocab)
@@ -112,3 +113,76 @@ def test_bits_at_reads_a_subset_of_a_packed_mask():
     words = pack_bool(allowed, 1000)
     tokens = np.array(sorted(rng.choice(1000, 200, replace=False).tolist() + [31, 63, 999]))
     assert (bits_at(words, tokens) == allowed[tokens]).all()
+
+
+#: (pattern, the bounded slice's reach right after the opening quote: None where it does not apply)
+COUNTED_BODIES = [
+    (r'"[^"]{0,2}"', 2),
+    (r'"[^"\\]{1,2}"\}?', 2),
+    (r'"([^"\\\x00-\x1f]|\\["\\/bfnrtu]){0,1}",', 1),  # an escape is a character, not a slice one
+    (r'"[^"]{0,40}"', "max"),  # longer than any token: the whole slice
+    (r'"[a-z]{0,2}"', None),  # narrower than the class
+    (r'"([^"a][^"]?|a)"', None),  # of two characters, some die ("a" ends) and some live: no sharp bound
+    (r'"[^"]{0,2}', None),  # accepting inside the body
+]
+
+
+@pytest.mark.parametrize("pattern,expected", COUNTED_BODIES)
+def test_bounded_slice_walk_equals_linear_walk(trie, token_slice, pattern, expected):
+    """``reach`` is the sharp bound where there is one, and the walk with it is the ordinary walk
+    from every state (the later positions of a counted body have smaller bounds)."""
+    dfa = compile_regular(parse_regex(pattern))
+    words = (len(PIECES) + 5 + 31) // 32
+    body = int(dfa.table[dfa.start, ord('"')])
+    want_reach = token_slice.max_chars if expected == "max" else expected
+    assert token_slice.reach(dfa, body) == want_reach
+    checked = 0
+    for state in range(dfa.n_states):
+        chars = token_slice.reach(dfa, state)
+        if chars is None:
+            continue
+        got = token_slice.walk(dfa, state, chars)
+        want = _linear_walk(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), dfa.accepting, state, words)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        checked += 1
+    assert checked >= (1 if expected is not None else 0)
+
+
+def test_token_chars_count_characters_not_bytes(token_slice):
+    chars = token_slice.token_chars[: len(PIECES)].tolist()
+    assert chars == [len(p.decode()) if _in_class(p) else -1 for p in PIECES]
+    assert token_slice.max_chars == max(c for c in chars)
+
+
+def test_walk_cache_counted_body_matches_brute_force(trie):
+    """Through ``WalkCache.root`` at every position of a counted body: each token's own run."""
+    walks = WalkCache(trie, len(PIECES) + 5)
+    dfa = compile_regular(parse_regex(r'"([^"\\\x00-\x1f]|\\["\\/bfnrtu]){0,3}"'))
+    for state in range(dfa.n_states):
+        allowed = unpack_bits(walks.root(dfa, state).mask, len(PIECES) + 5)[: len(PIECES)]
+        assert allowed.tolist() == [bool(p) and dfa.run(p, state) >= 0 for p in PIECES]
+
+
+def test_real_vocabulary_counted_string_is_sliced_at_every_position():
+    """A ``maxLength`` string body on Llama 3's vocabulary: the bound is the remaining count at
+    each position (the longest slice token has 128 characters) and each walk is the linear one."""
+    from shared_data import vocab_file
+
+    from grammars.compile import _vocab_index
+    from grammars.vocab.vocabulary import TokenVocabulary
+
+    vocab = TokenVocabulary.from_gguf(vocab_file("llama-bpe"))
+    trie = _vocab_index(vocab).trie
+    token_slice = build_slice(trie, CLASS, vocab.logits_width)
+    assert token_slice.max_chars > 20
+    dfa = compile_regular(parse_regex(r'"([^"\\\x00-\x1f]|\\["\\/bfnrtu]){0,20}"'))
+    state = int(dfa.table[dfa.start, ord('"')])
+    words = (vocab.logits_width + 31) // 32
+    for remaining in range(20, -1, -1):
+        assert token_slice.reach(dfa, state) == remaining
+        if remaining in (20, 7, 1, 0):
+            got = token_slice.walk(dfa, state, remaining)
+            want = _linear_walk(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), dfa.accepting, state,
+                                words)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        state = int(dfa.table[state, ord("a")])

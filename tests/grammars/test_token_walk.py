@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 from grammars.automata.byte_dfa import compile_regular
 from grammars.bitmask import unpack_bits
 from grammars.frontends import parse_regex
-from grammars.masks.token_walk import LANGUAGE_KEY_MAX_DFA, WALK_CLASS_AFTER, WalkCache, bounded_equivalence
+from grammars.masks.token_walk import (
+    LANGUAGE_KEY_MAX_DFA,
+    WALK_CLASS_AFTER,
+    WALK_CLASS_STATES_PER_WALK,
+    WalkCache,
+    bounded_equivalence,
+)
 from grammars.vocab.trie import TokenTrie
 
 PATTERNS = [r"[a-c]{0,9}d", r"(ab|a)*c?", r"[^d]*d[a-d]{2}", r"a{3,7}b*", r"(ac|b)+d?(c|dd)*"]
@@ -134,6 +140,24 @@ def test_counter_states_share_walks(walks):
     assert not np.array_equal(walks.root(dfa, 58).mask, first.mask)
 
 
+def test_narrow_walks_do_not_lead_to_walk_classes():
+    """Walks from a few subtrees (here the one token led by 'd') are cheap: however many there are,
+    no classes are computed for them; broad walks of the same shape of DFA lead to classes."""
+    pieces = [bytes(p) for n in (1, 2, 3, 4) for p in itertools.product(b"abc", repeat=n)] + [b"d", b"dd"]
+    walks = WalkCache(TokenTrie.build(pieces, np.ones(len(pieces), dtype=bool)), len(pieces))
+    narrow = compile_regular(parse_regex(r"d{0,300}x"))
+    broad = compile_regular(parse_regex(r"[a-d]{0,300}x"))
+    for state in range(2 * WALK_CLASS_AFTER):
+        walks.root(narrow, state)
+        walks.root(broad, state)
+    assert min(walks.walk_class(narrow).tolist()) < 0
+    assert min(walks.walk_class(broad).tolist()) >= 0
+    for dfa in (narrow, broad):  # exact either way
+        for state in (0, 150, 299):
+            allowed = unpack_bits(walks.root(dfa, state).mask, len(pieces))
+            assert allowed.tolist() == [dfa.run(p, state) >= 0 for p in pieces]
+
+
 @pytest.mark.parametrize("pattern, limit, longer", [
     ("abc", 2, True), ("abc", 3, False),
     (r"x[0-9]+y", 3, False),  # the digit loop closes a cycle: not a run
@@ -152,13 +176,22 @@ def test_walks_made_before_the_classes_are_not_repeated(walks):
     # more states than language keys look at (LANGUAGE_KEY_MAX_DFA): walks are found by class only
     bound = LANGUAGE_KEY_MAX_DFA + 100
     dfa = compile_regular(parse_regex(rf"[a-c]{{0,{bound}}}d"))
-    near_end = [int(dfa.run(b"a" * k)) for k in range(bound - WALK_CLASS_AFTER, bound)]  # few counts left
-    early = [walks.root(dfa, state) for state in near_end]
+    # a big DFA waits for more walks than a small one: one per WALK_CLASS_STATES_PER_WALK states
+    after = dfa.n_states // WALK_CLASS_STATES_PER_WALK
+    assert after > WALK_CLASS_AFTER
+    near_end = [int(dfa.run(b"a" * k)) for k in range(bound - after, bound)]  # few counts left
+    early = [walks.root(dfa, state) for state in near_end[:WALK_CLASS_AFTER]]
+    assert min(walks.walk_class(dfa).tolist()) < 0, "not computed after WALK_CLASS_AFTER walks"
+    early += [walks.root(dfa, state) for state in near_end[WALK_CLASS_AFTER:]]
     classes = walks.walk_class(dfa)
     assert min(classes.tolist()) >= 0, "the classes were computed"
-    assert len({int(classes[state]) for state in near_end}) == len(near_end)
+    horizon = int(walks.trie.node_depth.max())  # positions closer to the end than a token differ
+    assert len({int(classes[state]) for state in near_end[-horizon:]}) == horizon
+    made = {id(walk) for walk in early}
     for state, walk in zip(near_end, early):
-        assert walks.root(dfa, state) is walk
+        again = walks.root(dfa, state)
+        assert id(again) in made, "walked again"
+        assert np.array_equal(again.mask, walk.mask)
 
 
 @pytest.mark.parametrize("pattern", PATTERNS + [r"[^a]*", r"d[a-d]*", r"[bc]{2,}a"])
