@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grammars.automata.byte_dfa import compile_regular
 from grammars.bitmask import unpack_bits
@@ -186,3 +188,21 @@ def test_real_vocabulary_counted_string_is_sliced_at_every_position():
                                 words)
             assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
         state = int(dfa.table[state, ord("a")])
+
+
+@settings(max_examples=60, deadline=None)
+@given(body=st.sampled_from([r'[^"]', r'[^"\\]', r'([^"\\]|\\.)', r"[a-z]", r'[^"a]', r"(.|\n)", r'[^"\x00-\x1f]']),
+       low=st.integers(0, 3), extra=st.integers(0, 5),
+       suffix=st.sampled_from(['"', r'"\}?', '",?', "", r'"[^"]{0,2}"']))
+def test_every_reach_gives_the_linear_walk(trie, token_slice, body, low, extra, suffix):
+    """Counted bodies of assorted classes, bounds and endings: wherever ``reach`` answers, the
+    sliced walk is the whole-trie walk, from every state of the DFA."""
+    dfa = compile_regular(parse_regex(rf'"{body}{{{low},{low + extra}}}{suffix}'))
+    words = (len(PIECES) + 5 + 31) // 32
+    for state in range(dfa.n_states):
+        chars = token_slice.reach(dfa, state)
+        if chars is None:
+            continue
+        got = token_slice.walk(dfa, state, chars)
+        want = _linear_walk(trie.node_parent, trie.node_byte, trie.token_node, _flat(dfa), dfa.accepting, state, words)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), (state, chars)
