@@ -180,6 +180,28 @@ def test_big_pieces_of_a_run_become_their_own_terminal():
     assert g.matcher().try_advance(bad) < len(bad)
 
 
+def test_a_big_piece_between_loose_pieces_takes_them_up_to_the_quotes():
+    """An unanchored pattern's body (``"`` any* P any* ``"``) with a big P: P standing alone could
+    end after any character of its loop, so every token would be a boundary and the next terminal
+    walked from every trie node. It takes the unbounded repetitions around it and the literals
+    beyond them: the string is one terminal, from quote to quote."""
+    pieces = [b"a", b"b", b"x", b"y", b'"', b"{", b"}", b":", b"k", b"ax", b"yb"]
+    vocab = TokenVocabulary.from_bytes(pieces + [b""], eos_token_ids=[len(pieces)], special_token_ids=[len(pieces)])
+    big = compile_regular(repeat(chars("ab"), 1, 400))
+    assert big.n_states > 256
+    loose = repeat(chars("xy"), 0, None)
+    rules = {"root": seq([literal('{"k":"'), loose, big, loose, literal('"}')])}
+    g = Compiler(vocab).compile_grammar(Grammar.of(rules, "root"))
+    assert len(g._cfg.terminals) == 1
+    text = '{"k":"xyab' + "a" * 300 + 'yx"}'
+    data = [pieces.index(bytes([c])) for c in text.encode()]
+    m = g.matcher()
+    assert m.try_advance(data) == len(data) and m.is_accepting()
+    for bad in ('{"k":"xyyx"}', '{"k":"' + "a" * 401 + '"}', '{"k":"axa"}'):
+        data = [pieces.index(bytes([c])) for c in bad.encode()]
+        assert g.matcher().try_advance(data) < len(data)
+
+
 def test_big_embedded_dfa_is_not_inlined_into_every_alternative():
     """A rule holding a pre-compiled DFA bigger than ``ALONE_STATES`` is one IR node but a big
     terminal: inlined into an alternative of members (an any-order object), it would be copied
