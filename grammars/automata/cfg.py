@@ -583,12 +583,12 @@ class _Lowering:
 
 
 _EPSILON = object()
-_LATER = object()
+_LATER = object()  # ``_symbols_now``: the symbols need a frame
 
 
 def _loose(piece: Expr) -> bool:
     """An unbounded repetition: a lexeme may end anywhere along it."""
-    return isinstance(piece, Repeat) and piece.max is None  # ``_symbols_now``: the symbols need a frame
+    return isinstance(piece, Repeat) and piece.max is None
 
 
 def _size(expr: Expr, cap: int | None = None) -> int:

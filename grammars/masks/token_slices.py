@@ -248,41 +248,25 @@ def _reach(flat, accepting, state, loop_flat, loop_accepting, loop_start, loop_b
                 if accepting[nq]:
                     return -1
                 if loop_accepting[nl]:  # a whole character: a pair of the next level
-                    new = True
-                    for j in range(n_next):
-                        if next_q[j] == nq and next_l[j] == nl:
-                            new = False
-                            break
-                    if new:
+                    if _pair_index(next_q, next_l, n_next, nq, nl) < 0:
                         if n_next == width:
                             return -1
                         next_q[n_next] = nq
                         next_l[n_next] = nl
                         n_next += 1
-                else:
-                    new = True
-                    for j in range(n_seen):
-                        if seen_q[j] == nq and seen_l[j] == nl:
-                            new = False
-                            break
-                    if new:
-                        if n_seen == width:
-                            return -1
-                        seen_q[n_seen] = nq
-                        seen_l[n_seen] = nl
-                        n_seen += 1
+                elif _pair_index(seen_q, seen_l, n_seen, nq, nl) < 0:
+                    if n_seen == width:
+                        return -1
+                    seen_q[n_seen] = nq
+                    seen_l[n_seen] = nl
+                    n_seen += 1
         if died:  # every string of level + 1 characters must die, or the bound is not sharp
             return level if n_next == 0 else -1
         same = n_next == n_front
         for j in range(n_next):
-            if not same:
+            if _pair_index(front_q, front_l, n_front, next_q[j], next_l[j]) < 0:
+                same = False
                 break
-            found = False
-            for i in range(n_front):
-                if front_q[i] == next_q[j] and front_l[i] == next_l[j]:
-                    found = True
-                    break
-            same = found
         if same:
             return max_chars
         for j in range(n_next):
@@ -290,6 +274,16 @@ def _reach(flat, accepting, state, loop_flat, loop_accepting, loop_start, loop_b
             front_l[j] = next_l[j]
         n_front = n_next
     return max_chars
+
+
+@njit(cache=True, nogil=True)
+def _pair_index(qs, ls, n, q, lp):  # pragma: no cover - jitted
+    """Where the pair (``q``, ``lp``) is among the first ``n`` of ``qs``/``ls``; -1 if absent
+    (``_reach``'s sets hold a few pairs: a scan is cheaper than hashing)."""
+    for j in range(n):
+        if qs[j] == q and ls[j] == lp:
+            return j
+    return -1
 
 
 @njit(cache=True, nogil=True)

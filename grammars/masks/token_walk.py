@@ -668,13 +668,13 @@ class WalkCache:
         """Per DFA state, a class id such that states of one class give identical walks.
 
         Each state is its own class (ids ``-1 - state``) until the DFA's ``WALK_CLASS_AFTER``-th
-        broad root walk (more for big DFAs); then bounded equivalence merges counter states (ids ``>= 0``, see
-        ``_note_root_walk``). Most terminals are walked from a few states only, and the Moore
-        rounds (up to the longest token's length) cost more than those walks; a ``maxLength``
-        string walked at every position pays them once. Narrow walks (keys, punctuation,
-        digits: ~30 µs) do not count: on 300 MaskBench files, counting them made two thirds of
-        the computations (~1 ms each) for DFAs whose later walks were all narrow. The two id ranges never meet, so keys
-        made with either stay exact. This is on the mask path: one dictionary lookup.
+        broad root walk (more for big DFAs); then bounded equivalence merges counter states (ids
+        ``>= 0``, see ``_note_root_walk``). Most terminals are walked from a few states only, and
+        the Moore rounds (up to the longest token's length) cost more than those walks; a
+        ``maxLength`` string walked at every position pays them once. Narrow walks (keys,
+        punctuation, digits: ~30 µs) do not count: on 300 MaskBench files, counting them made two
+        thirds of the computations (~1 ms each) for DFAs whose later walks were all narrow. The two
+        id ranges never meet, so keys made with either stay exact. This is on the mask path: one dictionary lookup.
         """
         classes = self._classes.get(dfa.key)
         if classes is None:
