@@ -200,6 +200,8 @@ class SchemaCompiler:
         #: references met to a rule still being built (recursion); objects.object_expr compares
         #: the count before and after its members to learn whether its subtree recurses
         self.back_references = 0
+        #: subset states the exact any-order layouts may still take (``objects.object_body``)
+        self.any_order_states_left = options.any_order_budget
         self._validators: dict[str, Any] = {}
         self._satisfied: dict[tuple[str, str], bool] = {}
         #: negated schema pointer -> its leaves, None where they cannot be built (``_excludes``)

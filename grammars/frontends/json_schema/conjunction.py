@@ -270,6 +270,8 @@ class SchemaContext(Protocol):
     layout: Layout
     rules: dict[str, Expr]
     back_references: int
+    #: subset states the exact any-order layouts may still take (``objects.object_body``)
+    any_order_states_left: int
     disjoint_nesting: int
     #: pattern -> its code-point DFA, memoised by ``combinators``
     pattern_dfas: dict

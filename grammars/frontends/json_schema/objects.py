@@ -60,6 +60,9 @@ MAX_ANY_ORDER_STATES = 1 << 12
 #: a large any-order object repeats members (``_Automaton.any_order_repeating``) when it has at
 #: most this many required properties (2**n states) and no property count bounds
 MAX_REPEATING_REQUIRED = 6
+#: an any-order object of at most this many subset states (4 properties) is always exact; larger
+#: ones draw their states from the schema's ``JsonSchemaOptions.any_order_budget``
+FREE_ANY_ORDER_STATES = 16
 
 
 def apply_object_keywords(c: SchemaContext, conj: Conjunction, part: Located, node: dict) -> None:
@@ -269,11 +272,15 @@ def object_body(
     if order == "any" and len(members) > 1:
         automaton = _Automaton(c, members, extra, low, high, hint)
         states = (1 << len(members)) * len(automaton.counts())
-        if len(members) <= c.options.any_order_limit and states <= MAX_ANY_ORDER_STATES:
-            return automaton.any_order()
         required = sum(m.required for m in members)
+        can_repeat = repeat and low == 0 and high is None and required <= MAX_REPEATING_REQUIRED
+        if len(members) <= c.options.any_order_limit and states <= MAX_ANY_ORDER_STATES:
+            if states <= FREE_ANY_ORDER_STATES or states <= c.any_order_states_left or not can_repeat:
+                if states > FREE_ANY_ORDER_STATES:
+                    c.any_order_states_left = max(0, c.any_order_states_left - states)
+                return automaton.any_order()
         if repeat and low == 0 and high is None:
-            if required <= MAX_REPEATING_REQUIRED:
+            if can_repeat:
                 return automaton.any_order_repeating()
             c.narrowed(f"{hint}: {required} required properties accepted in the order of 'properties' or of "
                        "'required' only (any_order_limit)")

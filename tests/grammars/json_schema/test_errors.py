@@ -153,6 +153,7 @@ def test_keywords_of_other_drafts_are_not_keywords():
         ({"max_whitespace": -1}, ValueError),
         ({"max_whitespace": 2.5}, TypeError),
         ({"any_order_limit": 40}, ValueError),
+        ({"any_order_budget": -1}, ValueError),
         ({"lenient": "yes"}, TypeError),
         ({"additional_properties_default": None}, TypeError),
         ({"unknown_keywords": "warn"}, ValueError),

@@ -301,6 +301,37 @@ def test_large_any_order_objects_repeat_members_but_stay_exact(checker):
     assert checker.accepts(optional_only, text([("p11", 1), ("x", '"y"'), ("p0", 2)]), property_order="any")
 
 
+def test_any_order_budget_spent_later_objects_repeat_members(checker):
+    """A schema's exact any-order layouts share ``any_order_budget`` subset states: the objects
+    built after it is spent repeat members (every order, every value checked, a key may repeat),
+    while objects of at most 4 properties and objects with property count bounds stay exact."""
+    def obj(n, **extra):
+        return {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(n)},
+                "additionalProperties": False, **extra}
+
+    schema = {"type": "object", "properties": {"a": obj(5), "b": obj(5), "small": obj(4),
+                                               "counted": obj(5, maxProperties=3)}}
+    twice = '{"p3":1,"p0":1,"p3":2}'
+    for budget, exact in ((64, ("a", "b")), (32, ("a",)), (0, ())):
+        for name in ("a", "b"):
+            accepted = checker.accepts(schema, f'{{"{name}":{twice}}}', property_order="any", any_order_budget=budget)
+            assert accepted == (name not in exact), (budget, name)
+            assert checker.accepts(schema, f'{{"{name}":{{"p4":0,"p1":1}}}}', property_order="any",
+                                   any_order_budget=budget)
+            assert not checker.accepts(schema, f'{{"{name}":{{"p4":0,"p1":"x"}}}}', property_order="any",
+                                       any_order_budget=budget)
+            assert not checker.accepts(schema, f'{{"{name}":{{"p4":0,"p3":1,"p3":"x"}}}}', property_order="any",
+                                       any_order_budget=budget)
+        assert not checker.accepts(schema, '{"small":{"p3":1,"p0":1,"p3":2}}', property_order="any",
+                                   any_order_budget=budget)
+        assert not checker.accepts(schema, '{"counted":' + twice + "}", property_order="any", any_order_budget=budget)
+        assert checker.accepts(schema, '{"counted":{"p4":0,"p1":1,"p0":2}}', property_order="any", any_order_budget=budget)
+        assert not checker.accepts(schema, '{"counted":{"p4":0,"p1":1,"p0":2,"p2":3}}', property_order="any",
+                                   any_order_budget=budget)
+        report = analyze_json_schema(load_schema(schema), JsonSchemaOptions(property_order="any", any_order_budget=budget))
+        assert not any("order" in note for note in report.narrowed) and report.exact
+
+
 def test_many_required_members_follow_properties_or_required_order(checker):
     """Too many required members to track as a subset: optional members anywhere (repeats
     allowed, each checked), required ones once each, in the order of ``properties`` or of
