@@ -208,13 +208,55 @@ def _empty_dfa() -> ByteDFA:
 
 def _language_key(start: int, class_table: np.ndarray, byte_to_class: np.ndarray, accepting: np.ndarray) -> bytes:
     """``ByteDFA.key`` from a canonical class form: the table's distinct columns in order of
-    their first byte and each byte's class (as ``byte_classes`` returns them)."""
-    h = hashlib.sha256()  # hardware-accelerated on common CPUs: twice blake2b's speed here
-    h.update(np.array([start, class_table.shape[0], class_table.shape[1]], dtype=np.int64).tobytes())
-    h.update(np.ascontiguousarray(class_table, dtype=np.int32))
+    their first byte and each byte's class (as ``byte_classes`` returns them).
+
+    The table is hashed in ``_key_form``'s compact form (16-bit entries where they fit): without
+    the CPU's SHA extensions SHA-256 runs at ~200 MB/s, and hashing a key automaton's whole
+    class table took longer than building it."""
+    n = class_table.shape[0]
+    form = _key_form(np.ascontiguousarray(class_table, dtype=np.int32))
+    wide = n >= 1 << 15
+    h = hashlib.sha256()
+    h.update(np.array([start, n, class_table.shape[1], wide], dtype=np.int64).tobytes())
+    h.update(form if wide else form.astype(np.int16))
     h.update(np.ascontiguousarray(byte_to_class, dtype=np.int16))
     h.update(np.packbits(accepting).tobytes())
     return h.digest()[:20]
+
+
+@njit(cache=True, nogil=True)
+def _key_form(class_table):  # pragma: no cover - jitted
+    """The class table as ``_language_key`` hashes it: a flag, then either each state's number
+    of live transitions followed by every live (class, target) pair in state order (flag 1), or
+    the table itself (flag 0), whichever is shorter. Key automata are chains: a few percent of
+    their entries are live."""
+    n, k = class_table.shape
+    live = 0
+    for q in range(n):
+        for c in range(k):
+            if class_table[q, c] >= 0:
+                live += 1
+    if n + 2 * live >= n * k:
+        out = np.empty(1 + n * k, np.int32)
+        out[0] = 0
+        for q in range(n):
+            for c in range(k):
+                out[1 + q * k + c] = class_table[q, c]
+        return out
+    out = np.empty(1 + n + 2 * live, np.int32)
+    out[0] = 1
+    j = 1 + n
+    for q in range(n):
+        count = 0
+        for c in range(k):
+            t = class_table[q, c]
+            if t >= 0:
+                out[j] = c
+                out[j + 1] = t
+                j += 2
+                count += 1
+        out[1 + q] = count
+    return out
 
 
 @njit(cache=True, nogil=True)

@@ -431,6 +431,27 @@ def _key(e):
     return compile_regular(e).key
 
 
+@pytest.mark.parametrize("expr", [literal("metadata"), repeat(chars(("\x00", "\x7f"))),
+                                  seq([repeat(chars(("a", "z"))), literal("."), repeat(chars(("0", "9")), 1, 3)])],
+                         ids=["sparse-chain", "dense", "mixed"])
+def test_key_is_a_function_of_the_table(expr):
+    """The key a compile stores (from its class form) is the one the table gives again, in the
+    sparse form (chains: few live transitions) and the dense one; one transition more, or one
+    accepting state less, changes it."""
+    d = compile_regular(expr)
+    again = ByteDFA(np.array(d.table), np.array(d.accepting), d.start)
+    assert again.key == d.key
+    table = np.array(d.table)
+    dead = np.argwhere(table < 0)
+    if len(dead):
+        q, b = dead[0]
+        table[q, b] = 0
+        assert ByteDFA(table, np.array(d.accepting), d.start).key != d.key
+    accepting = np.array(d.accepting)
+    accepting[np.flatnonzero(accepting)[0]] = False
+    assert ByteDFA(np.array(d.table), accepting, d.start).key != d.key
+
+
 def test_known_equivalences():
     a, b = literal("a"), literal("b")
     assert _key(repeat(alt([a, b]))) == _key(repeat(seq([repeat(a), repeat(b)])))
