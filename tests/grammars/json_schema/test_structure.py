@@ -325,10 +325,12 @@ def test_any_order_budget_spent_later_objects_repeat_members(checker):
         assert not checker.accepts(schema, '{"small":{"p3":1,"p0":1,"p3":2}}', property_order="any",
                                    any_order_budget=budget)
         assert not checker.accepts(schema, '{"counted":' + twice + "}", property_order="any", any_order_budget=budget)
-        assert checker.accepts(schema, '{"counted":{"p4":0,"p1":1,"p0":2}}', property_order="any", any_order_budget=budget)
+        assert checker.accepts(schema, '{"counted":{"p4":0,"p1":1,"p0":2}}', property_order="any",
+                               any_order_budget=budget)
         assert not checker.accepts(schema, '{"counted":{"p4":0,"p1":1,"p0":2,"p2":3}}', property_order="any",
                                    any_order_budget=budget)
-        report = analyze_json_schema(load_schema(schema), JsonSchemaOptions(property_order="any", any_order_budget=budget))
+        options = JsonSchemaOptions(property_order="any", any_order_budget=budget)
+        report = analyze_json_schema(load_schema(schema), options)
         assert not any("order" in note for note in report.narrowed) and report.exact
 
 
