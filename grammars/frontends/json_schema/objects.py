@@ -274,11 +274,12 @@ def object_body(
         states = (1 << len(members)) * len(automaton.counts())
         required = sum(m.required for m in members)
         can_repeat = repeat and low == 0 and high is None and required <= MAX_REPEATING_REQUIRED
-        if len(members) <= c.options.any_order_limit and states <= MAX_ANY_ORDER_STATES:
-            if states <= FREE_ANY_ORDER_STATES or states <= c.any_order_states_left or not can_repeat:
-                if states > FREE_ANY_ORDER_STATES:
-                    c.any_order_states_left = max(0, c.any_order_states_left - states)
-                return automaton.any_order()
+        within_limits = len(members) <= c.options.any_order_limit and states <= MAX_ANY_ORDER_STATES
+        affordable = states <= FREE_ANY_ORDER_STATES or states <= c.any_order_states_left or not can_repeat
+        if within_limits and affordable:
+            if states > FREE_ANY_ORDER_STATES:
+                c.any_order_states_left = max(0, c.any_order_states_left - states)
+            return automaton.any_order()
         if repeat and low == 0 and high is None:
             if can_repeat:
                 return automaton.any_order_repeating()

@@ -55,16 +55,17 @@ class JsonSchemaOptions:
         a 7-property one in 0.07 s.
     ``any_order_budget``
         Subset states the exact any-order layouts of one schema may hold together (default
-        1,024). Objects of more than 4 declared properties draw their states from it as they are
-        built; once it is spent, a further object that may repeat members takes the repeating
-        layout above (every order still accepted, every value checked, a declared key may
-        repeat), as if it were past ``any_order_limit``. Objects that cannot repeat (property
-        count bounds, more than 6 required properties) stay exact. Objects are built inner
-        first (an object's member values before the object). A few schemas hold hundreds of
-        5-8-property objects: MaskBench's ``Kubernetes---kb_1161`` has 13,491 subset states in
-        499 objects, and compiles in 4.8 s instead of 6.5 s at the default (one machine, one
-        phase); 2% of MaskBench's schemas have more than 1,024. ``0``: every object of more than
-        4 properties that may repeat members does.
+        1,024). Objects of more than 16 subset states (more than 4 declared properties; count
+        bounds multiply the states) draw their states from it as they are built; once it is
+        spent, a further object that may repeat members takes the repeating layout above (every
+        order still accepted, every value checked, a declared key may repeat), as if it were
+        past ``any_order_limit``. Objects that cannot repeat (property count bounds, more than 6
+        required properties) stay exact. Objects are built inner first (an object's member
+        values before the object). A few schemas hold hundreds of 5-8-property objects:
+        MaskBench's ``Kubernetes---kb_1161`` has 13,491 subset states in 499 objects, and
+        compiles in 4.8 s instead of 6.5 s at the default (one machine, one phase); 2% of
+        MaskBench's schemas have more than 1,024. ``0``: every object of more than 4 properties
+        that may repeat members does.
     ``additional_properties_default``
         What an absent ``additionalProperties`` means. ``True`` follows the specification;
         ``False`` mimics engines (XGrammar) that only allow declared properties, which makes
