@@ -29,4 +29,5 @@ pip install -q --upgrade pip
 pip install -r "scripts/integration/$engine.txt"
 pip install -e ".[test]"
 shift
-python -m pytest -m integration -p no:cacheprovider tests/integrations/ -k "$engine" "$@"
+# one process: the tests share the engine's model and accelerator
+python -m pytest -m integration -n 0 -p no:cacheprovider tests/integrations/ -k "$engine" "$@"

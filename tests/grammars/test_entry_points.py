@@ -58,7 +58,7 @@ def test_grammar_text_must_be_a_str(byte_vocab, compiler, call, where, param, ba
         call(byte_vocab, compiler, bad)
 
 
-@pytest.mark.parametrize("bad", [5, None, [], 1.5, object()], ids=repr)
+@pytest.mark.parametrize("bad", [5, None, [], 1.5, object()], ids=lambda bad: type(bad).__name__)
 @pytest.mark.parametrize(
     ("call", "where"),
     [
