@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from . import (
+    compare,
     compile_profile,
     diffusion_bench,
     dingo_bench,
@@ -31,6 +32,7 @@ BENCHMARKS = (
     ("compile-profile", compile_profile,
      "where compile time goes: per-phase times of each schema's compile and first mask"),
     ("maskbench", maskbench, "MaskBench: time to first mask, time between masks and exactness on JSON Schemas"),
+    ("compare", compare, "two maskbench runs of one engine file for file: outcomes, tokens, TTFM ratio, mask tail"),
     ("wide-objects", wide_objects,
      "compile time and masks along one object with many required members (two member orders), engines side by side"),
     ("testsuite", testsuite, "JSON Schema Test Suite: passed/total per keyword file and engine"),

@@ -79,6 +79,7 @@ __all__ = [
     "add_arguments",
     "list_cases",
     "main",
+    "read_rows",
     "run_case",
     "run_maskbench",
     "run_tasks",
@@ -419,20 +420,24 @@ def run_maskbench(
     return summary
 
 
-def _earlier_rows(path: Path, keys: set) -> list[dict]:
-    """The complete rows of an earlier run's results for these (file, engine) keys, last one per key."""
+def read_rows(path: Path) -> dict[tuple[str, str], dict]:
+    """The complete rows of a run's ``results.jsonl`` by (file, engine), the last one per key (a
+    line cut off by an interrupted run is skipped); empty when the file does not exist."""
     if not path.exists():
-        return []
+        return {}
     rows: dict = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:  # the line the interrupted run was writing
             continue
-        key = (row.get("file"), row.get("engine"))
-        if key in keys:
-            rows[key] = row
-    return list(rows.values())
+        rows[(row.get("file"), row.get("engine"))] = row
+    return rows
+
+
+def _earlier_rows(path: Path, keys: set) -> list[dict]:
+    """The complete rows of an earlier run's results for these (file, engine) keys, last one per key."""
+    return [row for key, row in read_rows(path).items() if key in keys]
 
 
 def parse_engines(text: str) -> list[str]:
