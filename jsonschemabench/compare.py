@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .maskbench import read_rows
-from .report import percentiles
+from .report import percentiles, tbm_samples
 
 #: masks slower than this are counted (the tail the targets are about)
 SLOW_MASK_US = 2000.0
@@ -69,9 +69,8 @@ def compare_runs(old: dict[tuple[str, str], dict], new: dict[tuple[str, str], di
                                                                                   ("p90", 90))}
     passing = [f for f in both if a[f].get("outcome") == "pass" and b[f].get("outcome") == "pass"]
     for name, rows in (("old", a), ("new", b)):
-        parts = [np.asarray(rows[f]["tbm_us"], dtype=np.float64) for f in passing if rows[f].get("tbm_us")]
-        if parts:
-            masks = np.concatenate(parts)
+        masks = tbm_samples(rows[f] for f in passing)
+        if masks.size:
             tail = percentiles(masks)
             out.tbm[name] = {"p99": tail["p99"], "p99.9": tail["p99.9"],
                              "over_2ms": float((masks > SLOW_MASK_US).sum())}

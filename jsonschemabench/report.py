@@ -20,6 +20,7 @@ __all__ = [
     "PERCENTILES",
     "PERCENTILE_KEYS",
     "percentiles",
+    "tbm_samples",
     "summarize_maskbench",
     "maskbench_markdown",
     "plot_maskbench",
@@ -62,7 +63,8 @@ def _ttfm_samples(rows: Iterable[Mapping], timeout_s: float) -> list[float]:
     return out
 
 
-def _tbm_samples(rows: Iterable[Mapping]) -> np.ndarray:
+def tbm_samples(rows: Iterable[Mapping]) -> np.ndarray:
+    """Every mask time (µs) of ``rows``, one array."""
     parts = [np.asarray(row["tbm_us"], dtype=np.float64) for row in rows if row.get("tbm_us") is not None]
     return np.concatenate(parts) if parts else np.zeros(0)
 
@@ -84,7 +86,7 @@ def summarize_maskbench(records: Sequence[Mapping], engines: Sequence[str], engi
     for name in engines:
         rows = by_engine[name]
         counts = Counter(row["outcome"] for row in rows)
-        tbm = _tbm_samples(rows)
+        tbm = tbm_samples(rows)
         info = engine_info.get(name, {})
         keywords = Counter(row["keyword"] for row in rows if row["outcome"] == "compile_error" and row.get("keyword"))
         errors = Counter(_error_head(row.get("error")) for row in rows if row["outcome"] == "compile_error")
@@ -195,7 +197,7 @@ def plot_maskbench(records: Sequence[Mapping], engines: Sequence[str], path: Pat
         fig, axes = plt.subplots(1, 2, figsize=(13, 5))
         for name in engines:
             rows = [r for r in records if r["engine"] == name]
-            tbm = _tbm_samples(rows)
+            tbm = tbm_samples(rows)
             ttfm = np.asarray(_ttfm_samples(rows, timeout_s), dtype=np.float64)
             for ax, values in ((axes[0], tbm), (axes[1], ttfm)):
                 x, y = _survival(values)
