@@ -792,6 +792,112 @@ def _valmari(n, T, final_states, by_label, label_first, label_past, cz, A, Fa): 
 
 
 @njit(cache=True, nogil=True)
+def _refine(n, acc, t_class, tails, incoming, head_count, label_count):  # pragma: no cover - jitted
+    """``_valmari`` on trimmed transitions (classes ``t_class``, sources ``tails``, grouped by
+    head in ``incoming``/``head_count``; ``label_count[c + 1]`` transitions of class ``c``):
+    the transitions grouped by label into the initial cords, then the refinement."""
+    m = t_class.shape[0]
+    k = label_count.shape[0] - 1
+    for c in range(k):
+        label_count[c + 1] += label_count[c]
+    lfill = label_count[:-1].copy()
+    by_label = np.empty(m, np.int64)
+    for i in range(m):
+        c = t_class[i]
+        by_label[lfill[c]] = i
+        lfill[c] += 1
+    firsts = np.zeros(m + 1, np.int64)
+    pasts = np.zeros(m + 1, np.int64)
+    cz = 0
+    for c in range(k):
+        if label_count[c + 1] > label_count[c]:
+            firsts[cz] = label_count[c]
+            pasts[cz] = label_count[c + 1]
+            cz += 1
+    n_final = 0
+    for q in range(n):
+        if acc[q]:
+            n_final += 1
+    finals = np.empty(n_final, np.int64)
+    j = 0
+    for q in range(n):
+        if acc[q]:
+            finals[j] = q
+            j += 1
+    return _valmari(n, tails, finals, by_label, firsts, pasts, cz, incoming, head_count)
+
+
+@njit(cache=True, nogil=True)
+def _acyclic_blocks(n, acc, t_start, t_class, t_to, tails, incoming, head_count):  # pragma: no cover - jitted
+    """Revuz's minimisation of an acyclic DFA: (block count, block of state), or (-1, _) when
+    the DFA has a cycle.
+
+    States are merged bottom-up, successors first (Kahn's order on the reversed edges): two
+    states are equivalent iff they agree on accepting and on every (class, successor's block)
+    pair, and with successors already in blocks that is one hash lookup per state. Linear, where
+    partition refinement sorts; terminals built of bounded repetitions and key automata are
+    acyclic."""
+    remaining = np.empty(n, np.int64)
+    order = np.empty(n, np.int64)
+    top = 0
+    for q in range(n):
+        remaining[q] = t_start[q + 1] - t_start[q]
+        if remaining[q] == 0:
+            order[top] = q
+            top += 1
+    block = np.full(n, -1, np.int64)
+    n_slots = 4
+    while n_slots < 2 * n:
+        n_slots *= 2
+    mask = np.uint64(n_slots - 1)
+    slots = np.full(n_slots, -1, np.int64)  # a block's representative state
+    rep_hash = np.empty(n, np.uint64)
+    nb = 0
+    head = 0
+    while head < top:
+        q = order[head]
+        head += 1
+        h = np.uint64(0xCBF29CE484222325) ^ np.uint64(acc[q])
+        for i in range(t_start[q], t_start[q + 1]):
+            h = (h ^ np.uint64(t_class[i])) * np.uint64(0x100000001B3)
+            h = (h ^ np.uint64(block[t_to[i]])) * np.uint64(0x100000001B3)
+        slot = (h ^ (h >> np.uint64(29))) & mask
+        found = -1
+        while True:
+            r = slots[slot]
+            if r < 0:
+                break
+            if rep_hash[r] == h and acc[r] == acc[q] and t_start[r + 1] - t_start[r] == t_start[q + 1] - t_start[q]:
+                same = True
+                j = t_start[r]
+                for i in range(t_start[q], t_start[q + 1]):
+                    if t_class[i] != t_class[j] or block[t_to[i]] != block[t_to[j]]:
+                        same = False
+                        break
+                    j += 1
+                if same:
+                    found = r
+                    break
+            slot = (slot + np.uint64(1)) & mask
+        if found >= 0:
+            block[q] = block[found]
+        else:
+            block[q] = nb
+            nb += 1
+            slots[slot] = q
+            rep_hash[q] = h
+        for j in range(head_count[q], head_count[q + 1]):
+            p = tails[incoming[j]]
+            remaining[p] -= 1
+            if remaining[p] == 0:
+                order[top] = p
+                top += 1
+    if top < n:
+        return -1, block
+    return nb, block
+
+
+@njit(cache=True, nogil=True)
 def predecessors(table):  # pragma: no cover - jitted
     """Reverse edges of a (class) table in CSR form: the predecessors of state ``t`` are
     ``preds[start[t]:start[t + 1]]``, once per edge into ``t``."""
@@ -822,10 +928,46 @@ def _reduce(table, accepting, start, corder):  # pragma: no cover - jitted
     ``corder`` lists the byte classes in order of their first byte, so the breadth-first
     numbering follows bytes 0..255. Returns (class table, accepting) with the start as state 0;
     0 states when the language is empty.
+
+    The table is read once, into its live transitions (a few per state: terminals and key
+    automata are mostly chains), and every later step runs over those instead of ``n x k``
+    cells; the rows' classes are listed in ``corder`` order, so the numbering reads them as
+    they are. An acyclic automaton (a key, a terminal of bounded repetitions) is minimised
+    bottom-up (``_acyclic_blocks``), any other by partition refinement (``_refine``).
     """
     n, k = table.shape
+    # the live transitions, by source, classes in ``corder`` order: the one pass over the table
+    out_start = np.zeros(n + 1, np.int64)
+    for q in range(n):
+        live = 0
+        for c in range(k):
+            if table[q, c] >= 0:
+                live += 1
+        out_start[q + 1] = out_start[q] + live
+    m_all = out_start[n]
+    e_class = np.empty(m_all, np.int64)
+    e_to = np.empty(m_all, np.int64)
+    in_count = np.zeros(n + 1, np.int64)
+    j = 0
+    for q in range(n):
+        for x in range(k):
+            c = corder[x]
+            t = table[q, c]
+            if t >= 0:
+                e_class[j] = c
+                e_to[j] = t
+                in_count[t + 1] += 1
+                j += 1
     # co-accessible states: reverse edges, then a search from the accepting states
-    n_pred, preds = predecessors(table)
+    for q in range(n):
+        in_count[q + 1] += in_count[q]
+    fill = in_count[:-1].copy()
+    preds = np.empty(m_all, np.int64)
+    for q in range(n):
+        for j in range(out_start[q], out_start[q + 1]):
+            t = e_to[j]
+            preds[fill[t]] = q
+            fill[t] += 1
     co = accepting.copy()
     stack = np.empty(n, np.int64)
     top = 0
@@ -836,7 +978,7 @@ def _reduce(table, accepting, start, corder):  # pragma: no cover - jitted
     while top > 0:
         top -= 1
         q = stack[top]
-        for j in range(n_pred[q], n_pred[q + 1]):
+        for j in range(in_count[q], in_count[q + 1]):
             p = preds[j]
             if not co[p]:
                 co[p] = True
@@ -844,73 +986,50 @@ def _reduce(table, accepting, start, corder):  # pragma: no cover - jitted
                 top += 1
     if not co[start]:
         return np.zeros((0, k), np.int32), np.zeros(0, np.bool_)
-    # trim
+    # trim: the transitions between co-accessible states, renumbered
     remap = np.full(n, -1, np.int64)
     m_states = 0
     for q in range(n):
         if co[q]:
             remap[q] = m_states
             m_states += 1
-    tt = np.full((m_states, k), -1, np.int64)
     acc = np.zeros(m_states, np.bool_)
-    m = 0
+    t_start = np.zeros(m_states + 1, np.int64)
+    t_class = np.empty(m_all, np.int64)
+    t_to = np.empty(m_all, np.int64)
     label_count = np.zeros(k + 1, np.int64)
     head_count = np.zeros(m_states + 1, np.int64)
+    m = 0
     for q in range(n):
         r = remap[q]
         if r < 0:
             continue
         acc[r] = accepting[q]
-        for c in range(k):
-            t = table[q, c]
-            if t >= 0 and remap[t] >= 0:
-                tt[r, c] = remap[t]
+        for j in range(out_start[q], out_start[q + 1]):
+            t = remap[e_to[j]]
+            if t >= 0:
+                t_class[m] = e_class[j]
+                t_to[m] = t
+                label_count[e_class[j] + 1] += 1
+                head_count[t + 1] += 1
                 m += 1
-                label_count[c + 1] += 1
-                head_count[remap[t] + 1] += 1
+        t_start[r + 1] = m
     n = m_states
-    # transitions grouped by label (cords) and by head (incoming lists): counting sorts
-    tails = np.empty(m, np.int64)
-    heads = np.empty(m, np.int64)
-    for c in range(k):
-        label_count[c + 1] += label_count[c]
+    # transitions grouped by head (incoming lists): a counting sort
     for q in range(n):
         head_count[q + 1] += head_count[q]
-    lfill = label_count[:-1].copy()
     hfill = head_count[:-1].copy()
-    by_label = np.empty(m, np.int64)
+    tails = np.empty(m, np.int64)
     incoming = np.empty(m, np.int64)
-    i = 0
     for q in range(n):
-        for c in range(k):
-            t = tt[q, c]
-            if t >= 0:
-                tails[i] = q
-                heads[i] = t
-                by_label[lfill[c]] = i
-                lfill[c] += 1
-                incoming[hfill[t]] = i
-                hfill[t] += 1
-                i += 1
-    firsts = np.zeros(m + 1, np.int64)
-    pasts = np.zeros(m + 1, np.int64)
-    cz = 0
-    for c in range(k):
-        if label_count[c + 1] > label_count[c]:
-            firsts[cz] = label_count[c]
-            pasts[cz] = label_count[c + 1]
-            cz += 1
-    n_final = 0
-    for q in range(n):
-        if acc[q]:
-            n_final += 1
-    finals = np.empty(n_final, np.int64)
-    j = 0
-    for q in range(n):
-        if acc[q]:
-            finals[j] = q
-            j += 1
-    nb, block = _valmari(n, tails, finals, by_label, firsts, pasts, cz, incoming, head_count)
+        for i in range(t_start[q], t_start[q + 1]):
+            tails[i] = q
+            t = t_to[i]
+            incoming[hfill[t]] = i
+            hfill[t] += 1
+    nb, block = _acyclic_blocks(n, acc, t_start, t_class, t_to, tails, incoming, head_count)
+    if nb < 0:  # a cycle: partition refinement
+        nb, block = _refine(n, acc, t_class[:m], tails, incoming, head_count, label_count)
     # quotient, numbered breadth-first from the start over classes in byte order
     reps = np.zeros(nb, np.int64)
     for q in range(n):
@@ -926,23 +1045,19 @@ def _reduce(table, accepting, start, corder):  # pragma: no cover - jitted
         b = order[head]
         head += 1
         r = reps[b]
-        for x in range(k):
-            t = tt[r, corder[x]]
-            if t >= 0:
-                bt = block[t]
-                if new[bt] < 0:
-                    new[bt] = size
-                    order[size] = bt
-                    size += 1
+        for i in range(t_start[r], t_start[r + 1]):
+            bt = block[t_to[i]]
+            if new[bt] < 0:
+                new[bt] = size
+                order[size] = bt
+                size += 1
     out = np.full((size, k), -1, np.int32)  # blocks unreachable from the start are dropped
     out_acc = np.zeros(size, np.bool_)
     for i in range(size):
         r = reps[order[i]]
         out_acc[i] = acc[r]
-        for c in range(k):
-            t = tt[r, c]
-            if t >= 0:
-                out[i, c] = new[block[t]]
+        for j in range(t_start[r], t_start[r + 1]):
+            out[i, t_class[j]] = new[block[t_to[j]]]
     return out, out_acc
 
 

@@ -674,6 +674,69 @@ def test_minimization_of_arbitrary_dfas(data):
         assert (d.run(w) != -1) == (r != -1 and bool(live[r]))
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_minimization_of_acyclic_dfas(data):
+    """Acyclic DFAs (keys, bounded repetitions) are merged bottom-up instead of by partition
+    refinement: the result accepts the same finite language and no two of its states accept the
+    same continuations (Myhill-Nerode, counted on the finite languages themselves)."""
+    n = data.draw(st.integers(1, 7))
+    alphabet = [0x61, 0x62, 0xC3]
+    table = np.full((n, 256), -1, dtype=np.int32)
+    for q in range(n - 1):  # edges only forward: acyclic
+        for b in alphabet:
+            table[q, b] = data.draw(st.sampled_from([-1, *range(q + 1, n)]))
+    acc = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    raw = ByteDFA(table, acc, 0)
+    d = concat(raw, compile_regular(EMPTY))
+    check_invariants(d)
+
+    def language(dfa: ByteDFA) -> list[frozenset[bytes]]:
+        """Each state's continuations, successors first (the language is finite)."""
+        out: list[frozenset[bytes]] = [frozenset()] * dfa.n_states
+        for q in reversed(range(dfa.n_states)) if dfa is raw else _successors_first(dfa):
+            words = {b""} if dfa.accepting[q] else set()
+            for b in alphabet:
+                t = int(dfa.table[q, b])
+                if t >= 0:
+                    words |= {bytes([b]) + w for w in out[t]}
+            out[q] = frozenset(words)
+        return out
+
+    if d.is_empty_language:
+        assert not language(raw)[0]
+        return
+    residuals = language(d)
+    assert residuals[d.start] == language(raw)[0]
+    assert len(set(residuals)) == d.n_states
+
+
+def _successors_first(dfa: ByteDFA) -> list[int]:
+    """The states of an acyclic DFA, each after every state it leads to."""
+    order: list[int] = []
+    seen: set[int] = set()
+
+    def visit(q: int) -> None:
+        seen.add(q)
+        for t in dfa.table[q]:
+            if t >= 0 and int(t) not in seen:
+                visit(int(t))
+        order.append(q)
+
+    visit(dfa.start)
+    return order
+
+
+def test_cyclic_dfas_fall_back_to_partition_refinement():
+    """A cycle stops the bottom-up merge (no order puts successors first); the refinement then
+    merges the two equivalent states of ``(ab)*`` written with four."""
+    table = np.full((4, 256), -1, dtype=np.int32)
+    table[0, 0x61], table[1, 0x62], table[2, 0x61], table[3, 0x62] = 1, 2, 3, 0
+    acc = np.array([True, False, True, False])
+    d = concat(ByteDFA(table, acc, 0), compile_regular(EMPTY))
+    assert d.n_states == 2 and d.key == compile_regular(repeat(literal("ab"))).key
+
+
 def test_load_kernels_covers_the_code_point_minimisation():
     # a kernel signature first met inside a compile is compiled (or loaded) there, seconds charged
     # to that compile: the warm-up must already have met every one the code-point DFAs use
