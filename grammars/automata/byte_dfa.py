@@ -814,16 +814,7 @@ def _refine(n, acc, t_class, tails, incoming, head_count, label_count):  # pragm
             firsts[cz] = label_count[c]
             pasts[cz] = label_count[c + 1]
             cz += 1
-    n_final = 0
-    for q in range(n):
-        if acc[q]:
-            n_final += 1
-    finals = np.empty(n_final, np.int64)
-    j = 0
-    for q in range(n):
-        if acc[q]:
-            finals[j] = q
-            j += 1
+    finals = np.nonzero(acc)[0].astype(np.int64)
     return _valmari(n, tails, finals, by_label, firsts, pasts, cz, incoming, head_count)
 
 
