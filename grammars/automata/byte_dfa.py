@@ -920,14 +920,14 @@ def _reduce(table, accepting, start, corder):  # pragma: no cover - jitted
     numbering follows bytes 0..255. Returns (class table, accepting) with the start as state 0;
     0 states when the language is empty.
 
-    The table is read once, into its live transitions (a few per state: terminals and key
-    automata are mostly chains), and every later step runs over those instead of ``n x k``
-    cells; the rows' classes are listed in ``corder`` order, so the numbering reads them as
-    they are. An acyclic automaton (a key, a terminal of bounded repetitions) is minimised
+    The table is read twice, to count its live transitions and to list them (a few per state:
+    terminals and key automata are mostly chains), and every later step runs over that list
+    instead of ``n x k`` cells; each row's classes are listed in ``corder`` order, so the
+    numbering reads them as they are. An acyclic automaton (a key, a terminal of bounded repetitions) is minimised
     bottom-up (``_acyclic_blocks``), any other by partition refinement (``_refine``).
     """
     n, k = table.shape
-    # the live transitions, by source, classes in ``corder`` order: the one pass over the table
+    # the live transitions, by source, classes in ``corder`` order: counted, then listed
     out_start = np.zeros(n + 1, np.int64)
     for q in range(n):
         live = 0
